@@ -1,0 +1,74 @@
+"""Query-key scores of the content family; each returns pre-softmax scores c_t (B, S).
+
+All three share one interface:
+    prepare(keys)                  -> dict of per-sequence tensors (batch-first), cached while decoding
+    forward(query, prepared, step) -> (B, S) scores for decoder step ``step`` (1-based)
+Key position i is the 0-based index in the wrapped source, so the first real token (after
+START) is at i = 1 and the first decoder step t = 1 sees it at distance i - t = 0.
+"""
+import math
+
+import torch
+from torch import nn
+
+from .positions import rotate_pairs, sinusoid
+
+
+class ContentScores(nn.Module):
+    """c_ti = <q_t, k_i> / sqrt(d)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(dim)
+
+    def prepare(self, keys):
+        return {"keys": keys}
+
+    def forward(self, query, prepared, step: int):
+        return torch.bmm(prepared["keys"], query.unsqueeze(-1)).squeeze(-1) * self.scale
+
+
+class RelativeScores(nn.Module):
+    """Transformer-XL relative attention:
+    c_ti = (<q_t + u, k_i> + <q_t + v, W_r pe(i - t)>) / sqrt(d), pe fixed sinusoids of any distance.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(dim)
+        self.content_bias = nn.Parameter(torch.zeros(dim))   # u
+        self.position_bias = nn.Parameter(torch.zeros(dim))  # v
+        self.position_proj = nn.Linear(dim, dim, bias=False)  # W_r
+        self.dim = dim
+
+    def prepare(self, keys):
+        # <u, k_i> does not depend on the step: compute it once per sequence.
+        return {"keys": keys, "key_bias": keys @ self.content_bias}
+
+    def forward(self, query, prepared, step: int):
+        keys = prepared["keys"]
+        content = torch.bmm(keys, query.unsqueeze(-1)).squeeze(-1) + prepared["key_bias"]
+        distances = torch.arange(keys.size(1), device=keys.device) - step
+        # <x, W_r pe> = <W_r^T x, pe>: project the query once instead of every distance.
+        projected = (query + self.position_bias) @ self.position_proj.weight
+        position = projected @ sinusoid(distances, self.dim).t()
+        return (content + position) * self.scale
+
+
+class RotaryScores(nn.Module):
+    """RoPE: c_ti = <R(t) q_t, R(i) k_i> / sqrt(d), which depends on i - t only."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(dim)
+
+    def prepare(self, keys):
+        positions = torch.arange(keys.size(1), device=keys.device)
+        return {"keys": rotate_pairs(keys, positions.unsqueeze(0))}
+
+    def forward(self, query, prepared, step: int):
+        rotated = rotate_pairs(query, torch.tensor(float(step), device=query.device))
+        return torch.bmm(prepared["keys"], rotated.unsqueeze(-1)).squeeze(-1) * self.scale
+
+
+SCORERS = {"content": ContentScores, "relative": RelativeScores, "rotary": RotaryScores}

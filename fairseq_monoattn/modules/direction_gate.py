@@ -1,0 +1,24 @@
+"""Bidirectional encodings: a learned, per-sequence choice between e and reverse(e).
+
+    g     = sigmoid(beta * f_dir(e_cls))            (one scalar per sequence)
+    e_dir = g * e + (1 - g) * reverse(e)            (reverse of the real positions only)
+"""
+import torch
+from torch import nn
+
+from .positions import reversal_index
+
+
+class DirectionGate(nn.Module):
+    def __init__(self, summary_dim: int, temperature: float = 5.0):
+        super().__init__()
+        self.proj = nn.Linear(summary_dim, 1)
+        self.temperature = temperature
+
+    def forward(self, encodings: torch.Tensor, summary: torch.Tensor, lengths: torch.Tensor):
+        """encodings (B, S, D) right-padded, summary (B, Ds), lengths (B,) -> (e_dir, g of shape (B,))."""
+        gate = torch.sigmoid(self.temperature * self.proj(summary)).squeeze(-1)
+        index = reversal_index(lengths, encodings.size(1))
+        reversed_encodings = encodings.gather(1, index.unsqueeze(-1).expand_as(encodings))
+        g = gate.view(-1, 1, 1)
+        return g * encodings + (1 - g) * reversed_encodings, gate

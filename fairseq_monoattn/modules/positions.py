@@ -1,0 +1,59 @@
+"""Position helpers shared by the attention modules.
+
+Every tensor here is batch-first and *right-padded*: example ``b`` occupies positions
+``0 .. lengths[b] - 1`` of its row, so an example's positions never depend on the other
+examples of the batch (padding invariance).
+"""
+import math
+
+import torch
+
+
+def padding_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, width) bool, True on padding."""
+    return torch.arange(width, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
+
+
+def normalized_positions(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """norm(i) = i / max(1, L - 1) for 0-based i: the first position is 0, the last 1.
+
+    Padding columns get values > 1; callers mask them.
+    """
+    index = torch.arange(width, device=lengths.device, dtype=torch.float).unsqueeze(0)
+    return index / (lengths.unsqueeze(1).float() - 1).clamp(min=1)
+
+
+def reversal_index(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, width) gather index that reverses the real positions and keeps padding in place."""
+    index = torch.arange(width, device=lengths.device).unsqueeze(0).expand(lengths.size(0), width)
+    reversed_index = lengths.unsqueeze(1) - 1 - index
+    return torch.where(index < lengths.unsqueeze(1), reversed_index, index)
+
+
+def sinusoid(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """Fixed sinusoidal embedding [sin(p w_j), cos(p w_j)], w_j = 10000^(-2j/dim).
+
+    Works for any (also negative) position, so no distance is ever out of range.
+    """
+    half = dim // 2
+    freqs = torch.exp(
+        torch.arange(half, device=positions.device, dtype=torch.float) * (-math.log(10000.0) / half)
+    )
+    angles = positions.float().unsqueeze(-1) * freqs
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+
+
+def rotate_pairs(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding: rotate the pair (x_j, x_{j+D/2}) by the angle p * w_j.
+
+    ``positions`` broadcasts against ``x[..., 0]``.  <rotate(q, t), rotate(k, i)> depends
+    on i - t only.
+    """
+    half = x.size(-1) // 2
+    freqs = torch.exp(
+        torch.arange(half, device=x.device, dtype=torch.float) * (-math.log(10000.0) / half)
+    )
+    angles = positions.float().unsqueeze(-1) * freqs
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)

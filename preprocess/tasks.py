@@ -1,0 +1,51 @@
+"""Registry of tasks: name -> where its builder lives, plus a one-line description.
+
+Task modules are imported only when their task is used, so one module missing or failing
+to import never breaks the others.  Every task module exposes ``DEFAULT_DATA_DIR`` (a Path,
+or None for generated data), used when no ``--data-dir`` is given.
+"""
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Tuple
+
+from preprocess.common import DataError, TaskBuilder
+
+DEFAULT_SEED = 1  # the same for every task
+
+
+@dataclass(frozen=True)
+class Task:
+    module: str  # module inside the preprocess package
+    builder: str  # name of the build(seed, data_dir) function in that module
+    description: str
+
+    def load(self) -> Tuple[TaskBuilder, Optional[Path]]:
+        """(builder, default data folder) of this task."""
+        module_name = f"preprocess.{self.module}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            raise DataError(f"{module_name} is not available in this checkout") from None
+        return getattr(module, self.builder), getattr(module, "DEFAULT_DATA_DIR", None)
+
+
+TASKS = {
+    "copy": Task("digits", "build_copy", "copy the digits"),
+    "reverse_copy": Task("digits", "build_reverse_copy", "copy the digits in reverse order"),
+    "recopy": Task("digits", "build_recopy", "write each digit d 1 (d<=3), 3 (d<=6) or 5 times"),
+    "reverse_recopy": Task("digits", "build_reverse_recopy", "ReCopy of the reversed digits"),
+    "inv_recopy": Task("digits", "build_inv_recopy", "recover the digits from their ReCopy"),
+    "inv_reverse_recopy": Task("digits", "build_inv_reverse_recopy",
+                               "recover the digits from their Reverse ReCopy"),
+    "dedupe": Task("digits", "build_dedupe", "remove contiguous repetitions"),
+    "posretrieve": Task("digits", "build_posretrieve",
+                        "for each digit d, output `d : X[d] ;` (the token at position d)"),
+    "lookup": Task("lookup", "build_lookup", "compose 3-bit lookup tables left to right"),
+    "reverse_lookup": Task("lookup", "build_reverse_lookup",
+                           "compose 3-bit lookup tables, mirrored input"),
+    "scan": Task("scan", "build_scan", "SCAN length split (commands -> actions)"),
+    "cfq": Task("cfq", "build_cfq", "CFQ length split (questions -> SPARQL)"),
+}

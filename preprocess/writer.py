@@ -1,0 +1,194 @@
+"""The one writer shared by every task: raw text, fairseq binaries and a manifest.
+
+Layout of an output folder (source language `src`, target language `tgt`):
+
+    raw/<split>.src, raw/<split>.tgt     one example a line, space-separated tokens, LF, UTF-8
+    bin/dict.src.txt, bin/dict.tgt.txt   fairseq dictionaries
+    bin/<split>.src-tgt.{src,tgt}.{bin,idx}   mmap-indexed token ids, EOS appended
+    manifest.json                        task, seed, split statistics, sha256 of raw files
+
+Dictionaries hold the train tokens (count descending, then token), followed by tokens that
+occur only in other splits (same order, counted there), so no evaluation token is ever
+<unk>; the latter are listed in the manifest.  Everything is written to a temporary
+sibling folder that is renamed into place only when complete; an existing non-empty
+output folder is replaced only with `force`, and only after the new data is complete.
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterable, List, Tuple
+
+from preprocess.common import DataError, Example, Splits
+
+DATA_FORMAT_VERSION = 1
+LANGUAGES = ("src", "tgt")
+SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+# --- checking what we were given --------------------------------------------------------
+
+def tokens_line(text: str, split: str, index: int, side: str) -> str:
+    """The example side as written: tokens joined by single spaces (never empty)."""
+    tokens = text.split()
+    if not tokens:
+        raise DataError(f"split {split!r}, example {index + 1}: empty {side}")
+    return " ".join(tokens)
+
+
+def split_lines(splits: Splits) -> Dict[str, Dict[str, List[str]]]:
+    """{split: {"src": lines, "tgt": lines}} after checking split names and examples."""
+    if not splits.get("train"):
+        raise DataError("a task must produce a non-empty 'train' split")
+    lines: Dict[str, Dict[str, List[str]]] = {}
+    for split, examples in splits.items():
+        if not SPLIT_NAME.match(split):
+            raise DataError(f"bad split name {split!r} (letters, digits and _ only)")
+        if not examples:
+            raise DataError(f"split {split!r} is empty")
+        lines[split] = {
+            "src": [tokens_line(ex.source, split, i, "source") for i, ex in enumerate(examples)],
+            "tgt": [tokens_line(ex.target, split, i, "target") for i, ex in enumerate(examples)],
+        }
+    return lines
+
+
+def check_out_folder(out: Path, force: bool) -> None:
+    """Refuse a non-folder --out, and a non-empty one unless `force`."""
+    if out.exists() and not out.is_dir():
+        raise DataError("--out exists and is not a folder", out)
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise DataError("--out exists and is not empty; pass --force to replace it", out)
+
+
+# --- dictionaries -----------------------------------------------------------------------
+
+def by_count_then_token(counts: Counter) -> List[Tuple[str, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def dictionary_entries(lines_by_split: Dict[str, List[str]]) -> Tuple[List[Tuple[str, int]], List[str]]:
+    """(token, count) entries: train tokens first, then tokens seen only outside train."""
+    train_counts = Counter(tok for line in lines_by_split["train"] for tok in line.split())
+    other_counts = Counter(tok for split, lines in lines_by_split.items() if split != "train"
+                           for line in lines for tok in line.split() if tok not in train_counts)
+    extra = by_count_then_token(other_counts)
+    return by_count_then_token(train_counts) + extra, [tok for tok, _ in extra]
+
+
+def make_dictionary(entries: List[Tuple[str, int]]):
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary()
+    specials = set(dictionary.symbols)
+    for token, count in entries:
+        if token in specials:
+            raise DataError(f"token {token!r} is one of fairseq's special symbols")
+        dictionary.add_symbol(token, n=count)
+    return dictionary
+
+
+# --- writing ----------------------------------------------------------------------------
+
+def write_lines(path: Path, lines: Iterable[str]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        for line in lines:
+            handle.write(line + "\n")
+
+
+def binarize(lines: List[str], dictionary, prefix: Path) -> None:
+    """`prefix`.bin / `prefix`.idx in fairseq's mmap format, EOS appended to every line."""
+    from fairseq.data import indexed_dataset
+
+    builder = indexed_dataset.make_builder(str(prefix) + ".bin", impl="mmap",
+                                           vocab_size=len(dictionary))
+    for line in lines:
+        ids = dictionary.encode_line(line, add_if_not_exist=False, append_eos=True)
+        if (ids == dictionary.unk()).any():  # cannot happen: every token is in the dictionary
+            raise AssertionError(f"unknown token in {prefix}: {line}")
+        builder.add_item(ids)
+    builder.finalize(str(prefix) + ".idx")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def split_statistics(examples: List[Example], sides: Dict[str, List[str]]) -> dict:
+    lengths = [ex.length for ex in examples]
+    return {
+        "size": len(examples),
+        "min_length": min(lengths),
+        "max_length": max(lengths),
+        "max_source_tokens": max(len(line.split()) for line in sides["src"]),
+        "max_target_tokens": max(len(line.split()) for line in sides["tgt"]),
+    }
+
+
+def write_contents(splits: Splits, folder: Path, task: str, seed: int) -> dict:
+    """Write raw/, bin/ and manifest.json into `folder`; return the manifest."""
+    lines = split_lines(splits)
+    (folder / "raw").mkdir()
+    (folder / "bin").mkdir()
+    manifest: dict = {"task": task, "seed": seed, "data_format_version": DATA_FORMAT_VERSION,
+                      "splits": {}, "raw_sha256": {}, "dictionaries": {}}
+    for lang in LANGUAGES:
+        by_split = {split: sides[lang] for split, sides in lines.items()}
+        entries, not_in_train = dictionary_entries(by_split)
+        dictionary = make_dictionary(entries)
+        dictionary.save(str(folder / "bin" / f"dict.{lang}.txt"))
+        manifest["dictionaries"][lang] = {"size": len(dictionary), "not_in_train": not_in_train}
+        for split, split_text in by_split.items():
+            binarize(split_text, dictionary, folder / "bin" / f"{split}.src-tgt.{lang}")
+    for split, sides in lines.items():
+        manifest["splits"][split] = split_statistics(splits[split], sides)
+        for lang in LANGUAGES:
+            raw_path = folder / "raw" / f"{split}.{lang}"
+            write_lines(raw_path, sides[lang])
+            manifest["raw_sha256"][f"raw/{split}.{lang}"] = sha256(raw_path)
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def sibling(out: Path, purpose: str) -> Path:
+    return out.parent / f".{out.name}.{purpose}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def move_into_place(staging: Path, out: Path, force: bool) -> None:
+    """Rename `staging` to `out`; an old non-empty `out` goes away only with `force`."""
+    check_out_folder(out, force)  # again: something may have appeared meanwhile
+    if not out.exists():
+        staging.rename(out)
+        return
+    if not any(out.iterdir()):
+        out.rmdir()
+        staging.rename(out)
+        return
+    old = sibling(out, "old")
+    out.rename(old)
+    try:
+        staging.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old)
+
+
+def write_dataset(splits: Splits, out: Path, task: str, seed: int, force: bool = False) -> dict:
+    """Write one task's splits to `out` atomically; return the manifest."""
+    out = Path(out).absolute()
+    check_out_folder(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = sibling(out, "new")
+    staging.mkdir()
+    try:
+        manifest = write_contents(splits, staging, task, seed)
+        move_into_place(staging, out, force)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return manifest

@@ -1,0 +1,24 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-monoattn",
+    version="0.1.0",
+    description="Monotonic location attention for length generalisation (ICML 2023) as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        # fairseq 0.12.2 does not build on Python >= 3.11; fairseq-fixed is the same code, patched.
+        'fairseq==0.12.2; python_version < "3.11"',
+        'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
+        "torch>=1.13",
+        "sacrebleu>=2.0",
+        "nltk>=3.7",
+        "numpy",
+    ],
+    extras_require={
+        "test": ["pytest>=7"],
+        "plots": ["matplotlib>=3.5"],
+    },
+)
