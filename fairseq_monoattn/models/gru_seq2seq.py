@@ -234,8 +234,10 @@ class GRUDecoder(FairseqIncrementalDecoder):
 
     # -- forward -----------------------------------------------------------------------
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **kwargs):
-        features, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
-        return self.output_layer(features), {"attn": [attn]}
+        """Returns logits (B, T, V) and ``{"attn": [weights over src_tokens' columns, for
+        fairseq's alignments, or None], "attention": weights over [START, tokens, END] (B, T, n+2)}``."""
+        features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        return self.output_layer(features), extra
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **kwargs):
         first_step = 1
@@ -265,10 +267,11 @@ class GRUDecoder(FairseqIncrementalDecoder):
             self.set_incremental_state(incremental_state, "memory", memory)
             self.set_incremental_state(incremental_state, "state", new_state)
         features = self.dropout_out(torch.stack(outputs, dim=1))
+        attention = torch.stack(weights, dim=1)
         attn = None
         if self.need_attn and not self.training:
-            attn = source_layout_attention(torch.stack(weights, dim=1), encoder_out)
-        return features, attn
+            attn = source_layout_attention(attention, encoder_out)
+        return features, {"attn": [attn], "attention": attention}
 
     def output_layer(self, features):
         x = self.out_proj(features)

@@ -1,0 +1,56 @@
+"""Two fixes to fairseq 0.12 that this plugin applies when it is imported.
+
+1. torch >= 2.6 loads checkpoints with ``weights_only=True``.  fairseq stores the training
+   configuration in the checkpoint, and for models with argparse options that includes an
+   ``argparse.Namespace``, which the safe unpickler refuses.  We allow-list exactly that class
+   instead of switching the safety check off (no TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD needed).
+
+2. ``fairseq.data.data_utils.batch_by_size`` silently drops the last batch when its size is
+   not a multiple of ``--required-batch-size-multiple`` (default 8): up to 7 validation or
+   test examples vanish (fairseq issue #5036).  Exact-match accuracy must count every
+   example, so the remainder is kept as one more batch.
+"""
+import argparse
+import functools
+import logging
+
+import numpy as np
+import torch
+from fairseq.data import data_utils
+
+logger = logging.getLogger(__name__)
+
+SAFE_CLASSES = [argparse.Namespace]
+
+
+def allow_fairseq_checkpoints():
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is not None:  # older torch has no allow-list and loads everything
+        add(SAFE_CLASSES)
+
+
+def keep_last_batch():
+    original = data_utils.batch_by_size
+    if getattr(original, "keeps_last_batch", False):
+        return
+
+    @functools.wraps(original)
+    def batch_by_size(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None, max_sentences=None,
+                      required_batch_size_multiple=1, fixed_shapes=None):
+        batches = original(indices, num_tokens_fn, num_tokens_vec, max_tokens, max_sentences,
+                           required_batch_size_multiple, fixed_shapes)
+        indices = np.asarray(indices, dtype=np.int64)
+        batched = sum(len(b) for b in batches)
+        if fixed_shapes is None and batched < len(indices):
+            covered = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
+            remainder = indices[~np.isin(indices, covered)]
+            if len(remainder):
+                batches = list(batches) + [remainder]
+        return batches
+
+    batch_by_size.keeps_last_batch = True
+    data_utils.batch_by_size = batch_by_size
+
+
+allow_fairseq_checkpoints()
+keep_last_batch()

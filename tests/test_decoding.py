@@ -1,0 +1,150 @@
+"""Decoding through fairseq's SequenceGenerator: incremental state, beam reordering, padding."""
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from model_helpers import ALL_ARCHS, LOCATION_ARCHS, batch, build, digit_dictionary, random_digits
+
+D = digit_dictionary()
+SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]
+
+
+def teacher_forced_scores(model, sample_src, sample_len, tokens):
+    """log p(token_t | tokens_<t, source) from one full (non-incremental) pass."""
+    prev = torch.cat([torch.tensor([D.eos()]), tokens[:-1]]).unsqueeze(0)
+    logits, _ = model(sample_src, sample_len, prev)
+    lprobs = model.get_normalized_probs((logits, None), log_probs=True)
+    return lprobs[0].gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_incremental_decoding_scores_equal_full_pass(arch, beam):
+    model = build(arch, D, seed=1)
+    sample = batch(D, SOURCES)
+    generator = SequenceGenerator([model], D, beam_size=beam, max_len_b=25)
+    hypos = generator.generate([model], sample)
+    for i, nbest in enumerate(hypos):
+        src = sample["net_input"]["src_tokens"][i:i + 1]
+        src = src[src.ne(D.pad())].unsqueeze(0)  # the example alone, unpadded
+        for hypo in nbest[:3]:
+            full = teacher_forced_scores(model, src, torch.tensor([src.size(1)]), hypo["tokens"])
+            assert torch.allclose(full, hypo["positional_scores"], atol=1e-5), (arch, beam, i)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_padding_invariance(arch):
+    """Alone or in a batch with longer and shorter examples: same hypotheses, same scores."""
+    model = build(arch, D, seed=2)
+    generator = SequenceGenerator([model], D, beam_size=3, max_len_b=40)
+    together = generator.generate([model], batch(D, SOURCES))
+    for i, source in enumerate(SOURCES):
+        alone = generator.generate([model], batch(D, [source]))[0]
+        for a, b in zip(alone, together[i]):
+            assert torch.equal(a["tokens"], b["tokens"]), (arch, i)
+            assert torch.allclose(a["positional_scores"], b["positional_scores"], atol=1e-5), (arch, i)
+    # and the teacher-forced pass: left-padded batch == each example on its own
+    targets = [s[::-1] for s in SOURCES]
+    full = batch(D, SOURCES, targets)
+    logits, _ = model(**full["net_input"])
+    for i, (source, target) in enumerate(zip(SOURCES, targets)):
+        one = batch(D, [source], [target])
+        alone, _ = model(**one["net_input"])
+        assert torch.allclose(alone[0], logits[i, : len(target) + 1], atol=1e-5), (arch, i)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_attention_is_a_distribution_over_real_positions(arch):
+    model = build(arch, D, seed=3)
+    sample = batch(D, SOURCES, SOURCES)
+    _, extra = model(**sample["net_input"])
+    weights = extra["attention"]  # (B, T, n + 2) over [START, tokens, END]
+    lengths = torch.tensor([len(s) + 3 for s in SOURCES])  # tokens + EOS + START + END
+    real = torch.arange(weights.size(-1)).unsqueeze(0) < lengths.unsqueeze(1)
+    assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:2]), atol=1e-5)
+    assert (weights >= 0).all()
+    assert (weights.masked_select(~real.unsqueeze(1).expand_as(weights)) == 0).all()
+    # the fairseq-layout copy puts the same weights on src_tokens' columns, zero on padding
+    src = sample["net_input"]["src_tokens"]
+    attn = extra["attn"][0]
+    for i in range(len(SOURCES)):
+        n = len(SOURCES[i]) + 1
+        assert torch.equal(attn[i][:, src[i].ne(D.pad())], weights[i, :, 1:n + 1])
+        assert (attn[i][:, src[i].eq(D.pad())] == 0).all()
+
+
+def centres_and_references(model, sample, steps):
+    """Run the cross-attention by hand and record (mu_t, pa_{t-1}) at every step."""
+    encoder_out = model.encoder(**{k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"})
+    memory, state = model.decoder._start_state(encoder_out)
+    attention = model.decoder.attention
+    hidden, position, pairs = state["hidden"][-1], state["position"], []
+    g = torch.Generator().manual_seed(0)
+    for t in range(1, steps + 1):
+        hidden = torch.randn(hidden.shape, generator=g) * 3  # any decoder state
+        _, mu = attention.location(hidden, position, memory["positions"], memory["lengths"],
+                                   memory["padding_mask"], t)
+        _, _, new_position = attention(hidden, memory, position, t)
+        pairs.append((mu, position))
+        position = new_position
+    return pairs
+
+
+@pytest.mark.parametrize("arch", ["gru_onestep", "gru_monoattn", "gru_rmonoattn"])
+def test_unmixed_monotonic_centres_never_move_backwards(arch):
+    model = build(arch, D, seed=4)
+    for mu, previous in centres_and_references(model, batch(D, SOURCES, SOURCES), steps=30):
+        assert (mu >= previous - 1e-6).all(), arch
+
+
+def test_raw_step_ablation_can_move_backwards():
+    """The check above can fail: with a raw (unbounded) step the centre does go back."""
+    model = build("gru_onestep_minus_sigmoid", D, seed=4)
+    pairs = centres_and_references(model, batch(D, SOURCES, SOURCES), steps=30)
+    assert any((mu < previous - 1e-3).any() for mu, previous in pairs)
+
+
+@pytest.mark.parametrize("arch", ["gru_onestep", "gru_relative", "gru_mix_monoattn_pr"])
+def test_500_digit_inputs_train_and_decode(arch):
+    model = build(arch, D, seed=5)
+    g = torch.Generator().manual_seed(0)
+    sources = random_digits(g, 2, 500, 500)
+    sample = batch(D, sources, sources)
+    model.train()
+    logits, _ = model(**sample["net_input"])
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), sample["target"].view(-1),
+                                             ignore_index=D.pad())
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    generator = SequenceGenerator([model], D, beam_size=1, max_len_a=1, max_len_b=5, min_len=500)
+    hypos = generator.generate([model], batch(D, sources))
+    assert all(len(h[0]["tokens"]) >= 501 for h in hypos)
+    assert all(torch.isfinite(h[0]["positional_scores"]).all() for h in hypos)
+
+
+@pytest.mark.parametrize("arch", LOCATION_ARCHS)
+def test_gradients_reach_every_parameter(arch):
+    model = build(arch, D, seed=6)
+    model.train()
+    sample = batch(D, SOURCES, SOURCES)
+    logits, _ = model(**sample["net_input"])
+    logits.sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not [n for n in missing if not n.endswith("mono_gate_logit")], missing
+
+
+def test_mono_gate_saturates_at_the_release_initialisation():
+    """Mono's gate s = sigmoid(b) starts at b = 20 (the authors' constant): in float32
+    sigmoid(20) is exactly 1, so s gets no gradient and Mono starts as pure ReLU steps.
+    A smaller --mono-gate-init makes the gate trainable."""
+    sample = batch(D, SOURCES, SOURCES)
+    grads = {}
+    for init in (20.0, 0.0):
+        model = build("gru_monoattn", D, seed=6, mono_gate_init=init)
+        model.train()
+        logits, _ = model(**sample["net_input"])
+        logits.sum().backward()
+        grads[init] = model.decoder.attention.location.mono_gate_logit.grad.item()
+    assert torch.sigmoid(torch.tensor(20.0)).item() == 1.0
+    assert grads[20.0] == 0.0 and grads[0.0] != 0.0

@@ -1,0 +1,170 @@
+"""Equations of the attention building blocks, checked on hand-computed values."""
+import math
+
+import pytest
+import torch
+
+from fairseq_monoattn.modules import (
+    ContentScores, CrossAttention, DirectionGate, LocationAttention, RelativeScores, RotaryScores,
+    leaky_clamp, softstair,
+)
+from fairseq_monoattn.modules.positions import (
+    normalized_positions, padding_mask, reversal_index, rotate_pairs, sinusoid,
+)
+
+
+def test_softstair_hand_values():
+    x = torch.tensor([0.0, 0.5, 1.25, 2.75, -0.25])
+    expected = [
+        0 + 1 / (1 + math.exp(10)),        # sigmoid(20 * (0 - 0.5))
+        0.5,                               # floor 0 + sigmoid(0)
+        1 + 1 / (1 + math.exp(5)),         # sigmoid(20 * -0.25)
+        2 + 1 / (1 + math.exp(-5)),        # sigmoid(20 * 0.25)
+        -1 + 1 / (1 + math.exp(-5)),       # floor -1, fraction 0.75
+    ]
+    assert softstair(x, 20.0).tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_leaky_clamp_hand_values():
+    x = torch.tensor([-1.0, 0.0, 0.3, 1.0, 2.0])
+    # inside [0, 1]: identity; below: 0.01 * x; above: 1 + 0.01 * x
+    assert leaky_clamp(x, 0.01).tolist() == pytest.approx([-0.01, 0.0, 0.3, 1.0, 1.02], abs=1e-7)
+
+
+def test_normalized_positions_and_masks():
+    lengths = torch.tensor([3, 5, 1])
+    pos = normalized_positions(lengths, 5)
+    assert pos[0, :3].tolist() == pytest.approx([0, 0.5, 1])
+    assert pos[1].tolist() == pytest.approx([0, 0.25, 0.5, 0.75, 1])
+    assert pos[2, 0].item() == 0  # a single position: max(1, L - 1) keeps it at 0
+    assert padding_mask(lengths, 5).tolist() == [
+        [False, False, False, True, True], [False] * 5, [False, True, True, True, True]]
+    assert reversal_index(lengths, 5).tolist() == [[2, 1, 0, 3, 4], [4, 3, 2, 1, 0], [0, 1, 2, 3, 4]]
+
+
+def test_sinusoid_and_rotation_are_relative():
+    # <R(t) q, R(i) k> depends on i - t only
+    q, k = torch.randn(8), torch.randn(8)
+    a = rotate_pairs(q, torch.tensor(3.0)) @ rotate_pairs(k, torch.tensor(10.0))
+    b = rotate_pairs(q, torch.tensor(103.0)) @ rotate_pairs(k, torch.tensor(110.0))
+    assert a.item() == pytest.approx(b.item(), abs=1e-4)
+    far = sinusoid(torch.tensor([-6000, 0, 6000]), 8)  # any distance, no table
+    assert far.shape == (3, 8) and far[1].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert torch.allclose(far[0, :4], -far[2, :4]) and torch.allclose(far[0, 4:], far[2, 4:])
+
+
+def test_direction_gate_reverses_exactly_the_real_positions():
+    gate = DirectionGate(4)
+    lengths = torch.tensor([3, 5])
+    e = torch.arange(2 * 5 * 2, dtype=torch.float).view(2, 5, 2)
+    e[0, 3:] = 0  # padding rows
+    summary = torch.zeros(2, 4)
+    with torch.no_grad():
+        gate.proj.bias.fill_(-100.0)  # g = 0: fully reversed
+    reversed_e, g = gate(e, summary, lengths)
+    assert g.tolist() == [0.0, 0.0]
+    assert torch.equal(reversed_e[0, :3], e[0, [2, 1, 0]])
+    assert torch.equal(reversed_e[0, 3:], e[0, 3:])  # padding stays padding
+    assert torch.equal(reversed_e[1], e[1, [4, 3, 2, 1, 0]])
+    with torch.no_grad():
+        gate.proj.bias.fill_(100.0)  # g = 1: unchanged
+    assert torch.equal(gate(e, summary, lengths)[0], e)
+    with torch.no_grad():
+        gate.proj.bias.fill_(0.0)  # g = 1/2: the average of both directions
+    half, _ = gate(e, summary, lengths)
+    assert torch.allclose(half[1], (e[1] + e[1].flip(0)) / 2)
+
+
+def _location(reference="previous", step_activation="sigmoid", clamp=False):
+    module = LocationAttention(4, reference=reference, step_activation=step_activation, clamp_center=clamp)
+    with torch.no_grad():
+        module.heads.weight.zero_()
+        module.heads.bias.zero_()
+    return module
+
+
+def test_location_focus_matches_the_gaussian_equation():
+    module = _location()
+    with torch.no_grad():
+        module.heads.bias[:] = torch.tensor([100.0, 0.0])  # step = sigmoid(500) = 1, sigma raw 0
+    lengths = torch.tensor([5.0])
+    positions = normalized_positions(lengths.long(), 5)
+    weights, mu = module(torch.zeros(1, 4), torch.tensor([0.25]), positions, lengths,
+                         padding_mask(lengths.long(), 5), step=2)
+    assert mu.item() == pytest.approx(0.5)  # pa 0.25 + one step of 1 / (5 - 1)
+    sigma = 0.27 / 5
+    raw = torch.exp(-((positions[0] - 0.5) ** 2) / (2 * sigma ** 2))
+    assert weights[0].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
+
+
+def test_location_references_and_steps():
+    lengths = torch.tensor([11.0, 11.0])
+    positions = normalized_positions(lengths.long(), 11)
+    mask = padding_mask(lengths.long(), 11)
+    previous = torch.tensor([0.3, 0.6])
+    # LocAttn: ref = g * pa + b with g = sigmoid(0) = 1/2, b = sigmoid(0) = 1/2; softstair(0)
+    gated = _location("gated", "softstair", clamp=True)
+    _, mu = gated(torch.zeros(2, 4), previous, positions, lengths, mask, step=3)
+    expected = 0.5 * previous + 0.5 + softstair(torch.tensor(0.0), 20.0) / 10
+    assert mu.tolist() == pytest.approx(leaky_clamp(expected, 0.01).tolist(), abs=1e-6)
+    # LocAttn S: the bias at step 1, the previous position afterwards
+    initial = _location("initial-bias", "none")
+    _, first = initial(torch.zeros(2, 4), previous, positions, lengths, mask, step=1)
+    _, later = initial(torch.zeros(2, 4), previous, positions, lengths, mask, step=2)
+    assert first.tolist() == pytest.approx([0.5, 0.5]) and later.tolist() == pytest.approx(previous.tolist())
+    # Mono: s * ReLU(rho) + (1 - s) * sigmoid(5 rho), s = sigmoid(20) ~ 1 at initialisation
+    mono = _location(step_activation="mono")
+    rho = torch.tensor([-1.0, 0.0, 2.0])
+    s = torch.sigmoid(torch.tensor(20.0))
+    assert mono.activate(rho).tolist() == pytest.approx(
+        (s * torch.relu(rho) + (1 - s) * torch.sigmoid(5 * rho)).tolist(), abs=1e-7)
+    assert _location(step_activation="relu").activate(rho).tolist() == [0.0, 0.0, 2.0]
+    assert _location(step_activation="none").activate(rho).tolist() == [-1.0, 0.0, 2.0]
+
+
+def test_invalid_choices_name_the_option():
+    with pytest.raises(ValueError, match="--reference"):
+        LocationAttention(4, reference="sideways")
+    with pytest.raises(ValueError, match="--step-activation"):
+        LocationAttention(4, step_activation="tanh")
+    with pytest.raises(ValueError, match="--attention-scoring"):
+        CrossAttention(4, 4, 4, scoring=None, location=None)
+
+
+def test_relative_scores_equal_transformer_xl_formula():
+    torch.manual_seed(0)
+    dim, width = 8, 6
+    scorer = RelativeScores(dim)
+    with torch.no_grad():
+        scorer.content_bias.normal_()
+        scorer.position_bias.normal_()
+    keys, query = torch.randn(1, width, dim), torch.randn(1, dim)
+    got = scorer(query, scorer.prepare(keys), step=4)
+    pe = scorer.position_proj(sinusoid(torch.arange(width) - 4, dim))
+    want = ((query + scorer.content_bias) @ keys[0].t() + (query + scorer.position_bias) @ pe.t()) / math.sqrt(dim)
+    assert torch.allclose(got, want, atol=1e-5)
+    content = ContentScores(dim)
+    assert torch.allclose(content(query, content.prepare(keys), 1), query @ keys[0].t() / math.sqrt(dim))
+    rotary = RotaryScores(dim)
+    rot = rotary(query, rotary.prepare(keys), 2)
+    want_rot = torch.stack([rotate_pairs(query[0], torch.tensor(2.0)) @ rotate_pairs(keys[0, i], torch.tensor(float(i)))
+                            for i in range(width)]) / math.sqrt(dim)
+    assert torch.allclose(rot[0], want_rot, atol=1e-5)
+
+
+def test_pr_tracks_the_location_only_focus():
+    torch.manual_seed(0)
+    location = LocationAttention(4)
+    mixed = CrossAttention(6, 4, 4, scoring="content", location=location, position_reference="mixed")
+    pr = CrossAttention(6, 4, 4, scoring="content", location=location, position_reference="location")
+    pr.load_state_dict(mixed.state_dict())
+    e, lengths = torch.randn(2, 7, 6), torch.tensor([7, 4])
+    h = torch.randn(2, 4)
+    m1 = mixed.prepare(e, None, lengths)
+    ctx1, w1, p1 = mixed(h, m1, torch.zeros(2), 1)
+    ctx2, w2, p2 = pr(h, pr.prepare(e, None, lengths), torch.zeros(2), 1)
+    assert torch.equal(w1, w2) and torch.equal(ctx1, ctx2)  # same attention ...
+    loc, _ = location(h, torch.zeros(2), m1["positions"], m1["lengths"], m1["padding_mask"], 1)
+    assert torch.allclose(p2, (loc * m1["positions"]).sum(-1))  # ... PR reference = location focus
+    assert torch.allclose(p1, (w1 * m1["positions"]).sum(-1))
+    assert not torch.allclose(p1, p2)
