@@ -8,6 +8,7 @@ files.  An existing non-empty DIR is left alone unless --force is given.
 Exit codes: 0 success, 2 bad input or options (message on stderr).
 """
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # fairseq configures INFO logging on import (and says tensorboardX is missing): keep quiet
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         manifest = prepare(args.task, args.out, args.seed, args.data_dir, args.force)
     except DataError as error:

@@ -1,0 +1,42 @@
+"""Shared test setup: the repo root on sys.path, and each prepared data set made once."""
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+@dataclass
+class Prepared:
+    """An output folder written by preprocess.prepare.prepare, and its manifest."""
+    out: Path
+    manifest: dict
+
+    def lines(self, split: str, lang: str):
+        return (self.out / "raw" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+
+    def pairs(self, split: str):
+        """[(source tokens, target tokens)] of one split, read back from raw/."""
+        return [(src.split(), tgt.split())
+                for src, tgt in zip(self.lines(split, "src"), self.lines(split, "tgt"))]
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory):
+    """prepared(task, seed=1, data_dir=None) -> Prepared; each combination prepared once."""
+    from preprocess.prepare import prepare
+
+    cache = {}
+
+    def get(task: str, seed: int = 1, data_dir=None) -> Prepared:
+        key = (task, seed, str(data_dir))
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"{task}-seed{seed}") / "data"
+            cache[key] = Prepared(out, prepare(task, out, seed=seed, data_dir=data_dir))
+        return cache[key]
+
+    return get

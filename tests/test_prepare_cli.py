@@ -1,0 +1,78 @@
+"""The command line: runs as a script from any folder and as `python -m`, exit code 2 with
+a one-line message (no traceback) for bad input, --out protected unless --force."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preprocess.common import DataError
+from preprocess.prepare import prepare
+from preprocess.tasks import TASKS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = REPO_ROOT / "preprocess" / "prepare.py"
+ALL_TASKS = ["copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
+             "inv_reverse_recopy", "dedupe", "posretrieve", "lookup", "reverse_lookup",
+             "scan", "cfq"]
+
+
+def run(args, cwd):
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_registry_names_every_task():
+    assert list(TASKS) == ALL_TASKS
+    assert all(task.description for task in TASKS.values())
+
+
+def test_script_from_another_folder_replaces_out_with_force(tmp_path):
+    (tmp_path / "scan-data").mkdir()
+    (tmp_path / "scan-data" / "old.txt").write_text("old")
+    result = run([SCRIPT, "scan", "--out", "scan-data", "--seed", "4", "--force"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "train" in result.stdout and "13070" in result.stdout and "3920" in result.stdout
+    assert sorted(p.name for p in (tmp_path / "scan-data").iterdir()) == ["bin", "manifest.json", "raw"]
+    manifest = json.loads((tmp_path / "scan-data" / "manifest.json").read_text())
+    assert manifest["task"] == "scan" and manifest["seed"] == 4
+
+
+def test_unknown_task_lists_the_valid_ones(tmp_path):
+    result = run([SCRIPT, "copyy", "--out", tmp_path / "out"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "unknown task 'copyy'" in result.stderr
+    assert all(name in result.stderr for name in ALL_TASKS)
+    assert not (tmp_path / "out").exists()
+
+
+def test_module_form_refuses_existing_out_and_leaves_it(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("precious")
+    result = run(["-m", "preprocess.prepare", "copy", "--out", tmp_path / "out"], cwd=REPO_ROOT)
+    assert result.returncode == 2
+    assert "--force" in result.stderr and "Traceback" not in result.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "out" / "notes.txt").read_text() == "precious"
+
+
+def test_malformed_scan_line_reported_with_file_and_line(tmp_path):
+    data_dir = tmp_path / "scan"
+    shutil.copytree(REPO_ROOT / "preprocess" / "data" / "scan" / "machine-tasks", data_dir)
+    bad_file = data_dir / "tasks_train_length.txt"
+    lines = bad_file.read_text().split("\n")
+    lines[99] = "jump twice"
+    bad_file.write_text("\n".join(lines))
+    result = run([SCRIPT, "scan", "--out", tmp_path / "out", "--data-dir", data_dir], cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"{bad_file}:100:" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_generated_task_rejects_a_data_dir(tmp_path):
+    with pytest.raises(DataError, match="reads no files"):
+        prepare("copy", tmp_path / "out", data_dir=tmp_path)
+    assert not (tmp_path / "out").exists()
