@@ -56,6 +56,7 @@ def test_padding_invariance(arch):
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_attention_is_a_distribution_over_real_positions(arch):
     model = build(arch, D, seed=3)
+    model.make_generation_fast_(need_attn=True)  # as fairseq-generate --print-alignment does
     sample = batch(D, SOURCES, SOURCES)
     _, extra = model(**sample["net_input"])
     weights = extra["attention"]  # (B, T, n + 2) over [START, tokens, END]

@@ -167,16 +167,26 @@ class GRUEncoder(FairseqEncoder):
             "summary": summary,
             "lengths": lengths,
             "source_padding": src_tokens.eq(self.padding_idx),  # layout of src_tokens, for alignments
+            "order": torch.arange(batch, device=src_tokens.device),
         }
 
     def reorder_encoder_out(self, encoder_out, new_order):
-        return {
-            key: value.index_select(1 if key == "summary" else 0, new_order)
-            for key, value in encoder_out.items()
-        }
+        """Lazy: fairseq's generator reorders the encoder output at every step, but the
+        decoder reads it once, so only the row index is composed here (O(B), not
+        O(B x n x d) per step); :func:`encoder_rows` gathers the rows when they are read."""
+        return {**encoder_out, "order": encoder_out["order"].index_select(0, new_order)}
 
     def max_positions(self):
         return self._max_positions
+
+
+def encoder_rows(encoder_out, key):
+    """``encoder_out[key]`` in the current (possibly reordered) batch order."""
+    value, order = encoder_out[key], encoder_out["order"]
+    batch_dim = 1 if key == "summary" else 0
+    if order.numel() == value.size(batch_dim) and torch.equal(order, torch.arange(order.numel(), device=order.device)):
+        return value
+    return value.index_select(batch_dim, order)
 
 
 def right_align(tokens, not_pad):
@@ -211,12 +221,12 @@ class GRUDecoder(FairseqIncrementalDecoder):
             self.out_bias = nn.Parameter(torch.zeros(len(dictionary)))
         else:
             self.out_proj = nn.Linear(hidden_size, len(dictionary))
-        self.need_attn = True
+        self.need_attn = False  # fairseq-generate --print-alignment switches it on
         self._max_positions = max_positions
 
     # -- state -------------------------------------------------------------------------
-    def initial_hidden(self, encoder_out) -> torch.Tensor:
-        summary = encoder_out["summary"]  # (encoder layers, B, 2H)
+    def initial_hidden(self, summary) -> torch.Tensor:
+        """h_0 from e_cls, summary (encoder layers, B, 2H)."""
         if self.encoder_layers == self.num_layers:
             hidden = summary
         else:
@@ -226,8 +236,11 @@ class GRUDecoder(FairseqIncrementalDecoder):
         return hidden.contiguous()
 
     def _start_state(self, encoder_out):
-        memory = self.attention.prepare(encoder_out["encodings"], encoder_out["summary"][-1], encoder_out["lengths"])
-        state = {"hidden": self.initial_hidden(encoder_out)}
+        summary = encoder_rows(encoder_out, "summary")
+        memory = self.attention.prepare(
+            encoder_rows(encoder_out, "encodings"), summary[-1], encoder_rows(encoder_out, "lengths")
+        )
+        state = {"hidden": self.initial_hidden(summary)}
         if self.attention.tracks_position:
             state["position"] = self.attention.initial_position(memory)
         return memory, state
@@ -304,8 +317,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
 def source_layout_attention(weights, encoder_out):
     """Map attention over the wrapped, right-aligned source [START, x.., END] back onto the
     columns of ``src_tokens`` (as fairseq expects for --print-alignment)."""
-    padding = encoder_out["source_padding"]  # (B, T) in src_tokens' layout
-    batch, width = padding.shape
+    padding = encoder_rows(encoder_out, "source_padding")  # (B, T) in src_tokens' layout
     real = ~padding
     # rank of each real column among the row's real columns, i.e. its token index
     token_index = real.long().cumsum(dim=1) - 1
