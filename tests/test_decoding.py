@@ -83,8 +83,8 @@ def centres_and_references(model, sample, steps):
     g = torch.Generator().manual_seed(0)
     for t in range(1, steps + 1):
         hidden = torch.randn(hidden.shape, generator=g) * 3  # any decoder state
-        _, mu = attention.location(hidden, position, memory["positions"], memory["lengths"],
-                                   memory["padding_mask"], t)
+        _, heads, _ = attention.readout(hidden).split(attention.readout_sizes, dim=-1)
+        _, mu = attention.location(heads, position, memory, memory["padding_mask"], t)
         _, _, new_position = attention(hidden, memory, position, t)
         pairs.append((mu, position))
         position = new_position

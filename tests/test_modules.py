@@ -76,41 +76,48 @@ def test_direction_gate_reverses_exactly_the_real_positions():
 
 
 def _location(reference="previous", step_activation="sigmoid", clamp=False):
-    module = LocationAttention(4, reference=reference, step_activation=step_activation, clamp_center=clamp)
-    with torch.no_grad():
-        module.heads.weight.zero_()
-        module.heads.bias.zero_()
-    return module
+    return LocationAttention(reference=reference, step_activation=step_activation, clamp_center=clamp)
+
+
+def _heads(*columns):
+    return torch.tensor(columns, dtype=torch.float).t()  # (B, num_heads)
 
 
 def test_location_focus_matches_the_gaussian_equation():
     module = _location()
-    with torch.no_grad():
-        module.heads.bias[:] = torch.tensor([100.0, 0.0])  # step = sigmoid(500) = 1, sigma raw 0
-    lengths = torch.tensor([5.0])
-    positions = normalized_positions(lengths.long(), 5)
-    weights, mu = module(torch.zeros(1, 4), torch.tensor([0.25]), positions, lengths,
-                         padding_mask(lengths.long(), 5), step=2)
+    lengths = torch.tensor([5])
+    memory = module.prepare(lengths, 5)
+    assert memory["step_size"].tolist() == [0.25]
+    heads = _heads([100.0], [0.0])  # step = sigmoid(5 * 100) = 1, sigma raw 0
+    weights, mu = module(heads, torch.tensor([0.25]), memory, padding_mask(lengths, 5), step=2)
     assert mu.item() == pytest.approx(0.5)  # pa 0.25 + one step of 1 / (5 - 1)
     sigma = 0.27 / 5
-    raw = torch.exp(-((positions[0] - 0.5) ** 2) / (2 * sigma ** 2))
+    positions = memory["positions"][0]
+    raw = torch.exp(-((positions - 0.5) ** 2) / (2 * sigma ** 2))
     assert weights[0].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
+    # a wider focus: sigma = (ReLU(2) + 0.27) / 5, and padding gets nothing
+    memory = module.prepare(torch.tensor([4]), 6)
+    weights, _ = module(_heads([100.0], [2.0]), torch.tensor([0.0]), memory, padding_mask(torch.tensor([4]), 6), 1)
+    sigma = 2.27 / 4
+    raw = torch.exp(-((torch.tensor([0, 1, 2, 3]) / 3 - 1 / 3) ** 2) / (2 * sigma ** 2))
+    assert weights[0, :4].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
+    assert weights[0, 4:].tolist() == [0.0, 0.0]
 
 
 def test_location_references_and_steps():
-    lengths = torch.tensor([11.0, 11.0])
-    positions = normalized_positions(lengths.long(), 11)
-    mask = padding_mask(lengths.long(), 11)
+    lengths = torch.tensor([11, 11])
+    memory = LocationAttention.prepare(lengths, 11)
+    mask = padding_mask(lengths, 11)
     previous = torch.tensor([0.3, 0.6])
+    zeros = torch.zeros(2, 4)
     # LocAttn: ref = g * pa + b with g = sigmoid(0) = 1/2, b = sigmoid(0) = 1/2; softstair(0)
-    gated = _location("gated", "softstair", clamp=True)
-    _, mu = gated(torch.zeros(2, 4), previous, positions, lengths, mask, step=3)
+    _, mu = _location("gated", "softstair", clamp=True)(zeros, previous, memory, mask, step=3)
     expected = 0.5 * previous + 0.5 + softstair(torch.tensor(0.0), 20.0) / 10
     assert mu.tolist() == pytest.approx(leaky_clamp(expected, 0.01).tolist(), abs=1e-6)
     # LocAttn S: the bias at step 1, the previous position afterwards
     initial = _location("initial-bias", "none")
-    _, first = initial(torch.zeros(2, 4), previous, positions, lengths, mask, step=1)
-    _, later = initial(torch.zeros(2, 4), previous, positions, lengths, mask, step=2)
+    _, first = initial(zeros[:, :3], previous, memory, mask, step=1)
+    _, later = initial(zeros[:, :3], previous, memory, mask, step=2)
     assert first.tolist() == pytest.approx([0.5, 0.5]) and later.tolist() == pytest.approx(previous.tolist())
     # Mono: s * ReLU(rho) + (1 - s) * sigmoid(5 rho), s = sigmoid(20) ~ 1 at initialisation
     mono = _location(step_activation="mono")
@@ -120,13 +127,14 @@ def test_location_references_and_steps():
         (s * torch.relu(rho) + (1 - s) * torch.sigmoid(5 * rho)).tolist(), abs=1e-7)
     assert _location(step_activation="relu").activate(rho).tolist() == [0.0, 0.0, 2.0]
     assert _location(step_activation="none").activate(rho).tolist() == [-1.0, 0.0, 2.0]
+    assert [_location(r).num_heads for r in ("previous", "initial-bias", "gated")] == [2, 3, 4]
 
 
 def test_invalid_choices_name_the_option():
     with pytest.raises(ValueError, match="--reference"):
-        LocationAttention(4, reference="sideways")
+        LocationAttention(reference="sideways")
     with pytest.raises(ValueError, match="--step-activation"):
-        LocationAttention(4, step_activation="tanh")
+        LocationAttention(step_activation="tanh")
     with pytest.raises(ValueError, match="--attention-scoring"):
         CrossAttention(4, 4, 4, scoring=None, location=None)
 
@@ -154,7 +162,7 @@ def test_relative_scores_equal_transformer_xl_formula():
 
 def test_pr_tracks_the_location_only_focus():
     torch.manual_seed(0)
-    location = LocationAttention(4)
+    location = LocationAttention()
     mixed = CrossAttention(6, 4, 4, scoring="content", location=location, position_reference="mixed")
     pr = CrossAttention(6, 4, 4, scoring="content", location=location, position_reference="location")
     pr.load_state_dict(mixed.state_dict())
@@ -164,7 +172,12 @@ def test_pr_tracks_the_location_only_focus():
     ctx1, w1, p1 = mixed(h, m1, torch.zeros(2), 1)
     ctx2, w2, p2 = pr(h, pr.prepare(e, None, lengths), torch.zeros(2), 1)
     assert torch.equal(w1, w2) and torch.equal(ctx1, ctx2)  # same attention ...
-    loc, _ = location(h, torch.zeros(2), m1["positions"], m1["lengths"], m1["padding_mask"], 1)
+    _, heads, mix_logit = mixed.readout(h).split(mixed.readout_sizes, dim=-1)
+    loc, _ = location(heads, torch.zeros(2), m1, m1["padding_mask"], 1)
     assert torch.allclose(p2, (loc * m1["positions"]).sum(-1))  # ... PR reference = location focus
     assert torch.allclose(p1, (w1 * m1["positions"]).sum(-1))
     assert not torch.allclose(p1, p2)
+    # the mixture is m * content + (1 - m) * location with m = sigmoid(5 f_mix(h))
+    m = torch.sigmoid(5 * mix_logit)
+    content = w1 - (1 - m) * loc
+    assert torch.allclose(content.sum(-1), m.squeeze(-1), atol=1e-6)

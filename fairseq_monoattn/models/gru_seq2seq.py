@@ -5,7 +5,6 @@ bidirectional GRU(s); the decoder is a GRU stack fed with [emb(y_{t-1}); context
 the context comes from :class:`CrossAttention` queried with h_{t-1}.  Each model of the
 paper is a named architecture (``presets.py``) over this one registered model.
 """
-from typing import Dict, List, Optional
 
 import torch
 from torch import nn
@@ -102,7 +101,6 @@ def build_attention(args, encoder_dim: int, query_dim: int) -> CrossAttention:
     location = None
     if args.location_attention:
         location = LocationAttention(
-            query_dim,
             reference=args.reference,
             step_activation=args.step_activation,
             clamp_center=args.clamp_center,
@@ -264,11 +262,11 @@ class GRUDecoder(FairseqIncrementalDecoder):
             memory, state = self._start_state(encoder_out)
         hidden = list(state["hidden"].unbind(0))
         position = state.get("position")
-        embedded = self.embed_tokens(prev_output_tokens)
+        embedded = self.embed_tokens(prev_output_tokens).transpose(0, 1).unbind(0)  # one (B, E) per step
         outputs, weights = [], []
-        for j in range(prev_output_tokens.size(1)):
+        for j, embedding in enumerate(embedded):
             context, step_weights, position = self.attention(hidden[-1], memory, position, first_step + j)
-            x = torch.cat([embedded[:, j], context], dim=-1)
+            x = torch.cat([embedding, context], dim=-1)
             for layer, cell in enumerate(self.cells):
                 x = hidden[layer] = cell(x, hidden[layer])
             outputs.append(x)

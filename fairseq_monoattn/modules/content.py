@@ -3,6 +3,7 @@
 All three share one interface:
     prepare(keys)                  -> dict of per-sequence tensors (batch-first), cached while decoding
     forward(query, prepared, step) -> (B, S) scores for decoder step ``step`` (1-based)
+The 1/sqrt(d) scale is folded into the prepared keys (once per sequence, not once per step).
 Key position i is the 0-based index in the wrapped source, so the first real token (after
 START) is at i = 1 and the first decoder step t = 1 sees it at distance i - t = 0.
 """
@@ -22,10 +23,10 @@ class ContentScores(nn.Module):
         self.scale = 1.0 / math.sqrt(dim)
 
     def prepare(self, keys):
-        return {"keys": keys}
+        return {"keys": keys * self.scale}
 
     def forward(self, query, prepared, step: int):
-        return torch.bmm(prepared["keys"], query.unsqueeze(-1)).squeeze(-1) * self.scale
+        return torch.bmm(prepared["keys"], query.unsqueeze(-1)).squeeze(-1)
 
 
 class RelativeScores(nn.Module):
@@ -42,17 +43,19 @@ class RelativeScores(nn.Module):
         self.dim = dim
 
     def prepare(self, keys):
+        keys = keys * self.scale
         # <u, k_i> does not depend on the step: compute it once per sequence.
         return {"keys": keys, "key_bias": keys @ self.content_bias}
 
     def forward(self, query, prepared, step: int):
         keys = prepared["keys"]
         content = torch.bmm(keys, query.unsqueeze(-1)).squeeze(-1) + prepared["key_bias"]
-        distances = torch.arange(keys.size(1), device=keys.device) - step
+        with torch.no_grad():  # fixed sinusoids of the distances i - t (scaled), no gradient
+            distances = torch.arange(keys.size(1), device=keys.device) - step
+            embeddings = sinusoid(distances, self.dim) * self.scale
         # <x, W_r pe> = <W_r^T x, pe>: project the query once instead of every distance.
         projected = (query + self.position_bias) @ self.position_proj.weight
-        position = projected @ sinusoid(distances, self.dim).t()
-        return (content + position) * self.scale
+        return content + projected @ embeddings.t()
 
 
 class RotaryScores(nn.Module):
@@ -64,11 +67,11 @@ class RotaryScores(nn.Module):
 
     def prepare(self, keys):
         positions = torch.arange(keys.size(1), device=keys.device)
-        return {"keys": rotate_pairs(keys, positions.unsqueeze(0))}
+        return {"keys": rotate_pairs(keys, positions.unsqueeze(0)) * self.scale}
 
     def forward(self, query, prepared, step: int):
         rotated = rotate_pairs(query, torch.tensor(float(step), device=query.device))
-        return torch.bmm(prepared["keys"], rotated.unsqueeze(-1)).squeeze(-1) * self.scale
+        return torch.bmm(prepared["keys"], rotated.unsqueeze(-1)).squeeze(-1)
 
 
 SCORERS = {"content": ContentScores, "relative": RelativeScores, "rotary": RotaryScores}

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .positions import normalized_positions
+
 REFERENCES = ("previous", "gated", "initial-bias")
 STEP_ACTIVATIONS = ("sigmoid", "mono", "relu", "softstair", "none")
 
@@ -38,9 +40,12 @@ def leaky_clamp(x: torch.Tensor, slope: float) -> torch.Tensor:
 
 
 class LocationAttention(nn.Module):
+    """The Gaussian focus.  It owns no projection: the caller reads the ``num_heads`` scalar
+    heads [f_step, f_sigma, (f_b), (f_g)] off h in one matmul shared with the other parts
+    of the cross-attention (see cross_attention.py)."""
+
     def __init__(
         self,
-        query_dim: int,
         reference: str = "previous",
         step_activation: str = "sigmoid",
         clamp_center: bool = False,
@@ -65,8 +70,7 @@ class LocationAttention(nn.Module):
         self.softstair_temperature = softstair_temperature
         self.clamp_slope = clamp_slope
         # heads: [step, sigma] + [bias] for "initial-bias" / [bias, gate] for "gated"
-        extra = {"previous": 0, "initial-bias": 1, "gated": 2}[reference]
-        self.heads = nn.Linear(query_dim, 2 + extra)
+        self.num_heads = 2 + {"previous": 0, "initial-bias": 1, "gated": 2}[reference]
         if step_activation == "mono":
             # Mono: steps = s * ReLU(rho) + (1 - s) * sigmoid(T rho), s = sigmoid(p), p learned.
             self.mono_gate_logit = nn.Parameter(torch.tensor(float(mono_gate_init)))
@@ -87,21 +91,30 @@ class LocationAttention(nn.Module):
     def reference_position(self, heads, previous_position, step: int):
         if self.reference == "previous":
             return previous_position
-        bias = torch.sigmoid(heads[:, 2])
+        bias = torch.sigmoid(heads[2])
         if self.reference == "initial-bias":
             return bias if step == 1 else previous_position
-        gate = torch.sigmoid(heads[:, 3])
+        gate = torch.sigmoid(heads[3])
         return gate * previous_position + bias
 
-    def forward(self, query, previous_position, positions, lengths, padding_mask, step: int):
-        """query (B, Dq), previous_position (B,), positions (B, S) normalised, lengths (B,) float,
-        padding_mask (B, S) -> weights (B, S) summing to 1 over real positions, centre mu (B,)."""
-        heads = self.heads(query)
-        steps = self.activate(heads[:, 0])
-        mu = self.reference_position(heads, previous_position, step) + steps / (lengths - 1).clamp(min=1)
+    @staticmethod
+    def prepare(lengths: torch.Tensor, width: int):
+        """Per-sequence constants: norm(i), the size of one step 1 / max(1, L - 1), and L."""
+        lengths = lengths.float()
+        return {
+            "positions": normalized_positions(lengths, width),
+            "step_size": 1.0 / (lengths - 1).clamp(min=1),
+            "lengths": lengths,
+        }
+
+    def forward(self, heads, previous_position, memory, padding_mask, step: int):
+        """heads (B, num_heads), previous_position (B,), memory from prepare(), padding_mask
+        (B, S) -> weights (B, S) summing to 1 over real positions, and the centre mu (B,)."""
+        heads = heads.unbind(1)
+        mu = self.reference_position(heads, previous_position, step) + self.activate(heads[0]) * memory["step_size"]
         if self.clamp_center:
             mu = leaky_clamp(mu, self.clamp_slope)
-        sigma = (F.relu(heads[:, 1]) + self.sigma_min) / lengths
-        logits = -0.5 * ((positions - mu.unsqueeze(1)) / sigma.unsqueeze(1)).pow(2)
-        weights = logits.masked_fill(padding_mask, float("-inf")).softmax(dim=-1)
+        sigma = (F.relu(heads[1]) + self.sigma_min) / memory["lengths"]
+        z = (memory["positions"] - mu.unsqueeze(1)) / sigma.unsqueeze(1)
+        weights = (-0.5 * z * z).masked_fill(padding_mask, float("-inf")).softmax(dim=-1)
         return weights, mu
