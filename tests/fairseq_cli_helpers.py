@@ -1,0 +1,63 @@
+"""Run fairseq's own command-line entry points in this process (fast) or as real commands."""
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fairseq import checkpoint_utils, distributed_utils, options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq_cli import generate as generate_cli
+from fairseq_cli import train as train_cli
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = str(REPO / "fairseq_monoattn")
+BIN = Path(sys.executable).parent
+
+
+def forget_previous_runs():
+    """fairseq keeps the best validation score of a run on functions (save_checkpoint.best,
+    should_stop_early.best/num_runs): a second in-process run would compare against the
+    first run's scores.  A fresh fairseq-train process starts without them."""
+    for function in (checkpoint_utils.save_checkpoint, train_cli.should_stop_early):
+        for name in ("best", "num_runs"):
+            function.__dict__.pop(name, None)
+
+
+def train(argv):
+    """fairseq-train ARGV, in-process, as a fresh process would run it."""
+    forget_previous_runs()
+    args = options.parse_args_and_arch(options.get_training_parser(), [*argv, "--user-dir", USER_DIR])
+    cfg = convert_namespace_to_omegaconf(args)
+    with contextlib.redirect_stdout(io.StringIO()):
+        distributed_utils.call_main(cfg, train_cli.main)
+
+
+def generate(argv, results_path: Path, subset: str):
+    """fairseq-generate ARGV, in-process; returns the lines it writes."""
+    args = options.parse_args_and_arch(
+        options.get_generation_parser(),
+        [*argv, "--user-dir", USER_DIR, "--results-path", str(results_path), "--gen-subset", subset],
+    )
+    generate_cli.main(args)
+    return (results_path / f"generate-{subset}.txt").read_text().splitlines()
+
+
+def hypotheses(lines):
+    """{example id: hypothesis string} from fairseq-generate output lines."""
+    found = {}
+    for line in lines:
+        if line.startswith("H-"):
+            key, _score, text = (line.split("\t") + [""])[:3]
+            found[int(key[2:])] = text
+    return found
+
+
+def run_command(name, *argv, cwd=None):
+    """A real console script from this environment (fairseq-train, fairseq-generate, ...)."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    result = subprocess.run([str(BIN / name), *argv], cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    return result.stdout + result.stderr
