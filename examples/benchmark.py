@@ -117,8 +117,8 @@ def main(argv=None):
             decoding[arch] = decode_speed(arch)
 
     print()
-    print(f"| model | words/s | vs lstm | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |")
-    print(f"| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| model | words/s | vs lstm | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print(f"| lstm (fairseq, {len(lstm_runs)} runs) | {lstm_wps:.0f} | 1.00 | {lstm_rss:.0f} | | | | |")
     for arch, wps, rss in rows:
         cells = ["", "", "", ""]

@@ -25,7 +25,6 @@ from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from preprocess.common import DataError, Example, Splits
 
-DEFAULT_DATA_DIR: Optional[Path] = None  # the release is not shipped: --data-dir is required
 
 RELEASE_NAME = "cfq1.1.tar.gz"
 RELEASE_HINT = (f"the CFQ 1.1 release {RELEASE_NAME} (from the google-research `cfq` project, "

@@ -19,7 +19,6 @@ from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
 
 from preprocess.common import DataError, Example, Splits, TaskBuilder
 
-DEFAULT_DATA_DIR: Optional[Path] = None  # generated tasks read no files
 
 DIGITS = tuple(str(d) for d in range(10))
 DEDUPE_GROUP_SIZES = (1, 3, 5)

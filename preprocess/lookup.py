@@ -33,9 +33,6 @@ DEFAULT_DATA_DIRS: Dict[str, Path] = {
     "lookup": _SHARED_LOOKUP / "LongLookupTables",
     "reverse_lookup": _SHARED_LOOKUP / "LongLookupTablesReverse",
 }
-# One default per module is what the task registry reads; it is the forward folder.
-# Use DEFAULT_DATA_DIRS[task] (or pass None to the builders) to get each task's own.
-DEFAULT_DATA_DIR: Optional[Path] = DEFAULT_DATA_DIRS["lookup"]
 
 END_TOKEN = "."
 TABLE_TOKEN = re.compile(r"^t\d+$")
@@ -172,8 +169,6 @@ def paper_splits(files: Dict[str, List[Row]], seed: int) -> Splits:
 
 
 def build_splits(seed: int, data_dir: Optional[Path], task: str) -> Splits:
-    if data_dir is DEFAULT_DATA_DIR:  # the module default handed back: no --data-dir was given,
-        data_dir = None  # so each task takes its own default folder
     folder = find_data_folder(data_dir, task)
     reverse = task == "reverse_lookup"
     files = {split: read_tsv(folder / name, reverse) for split, name in SPLIT_FILES.items()}

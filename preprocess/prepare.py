@@ -29,8 +29,8 @@ def prepare(task: str, out, seed=None, data_dir=None, force: bool = False) -> di
     seed = DEFAULT_SEED if seed is None else int(seed)
     out = Path(out)
     check_out_folder(out, force)  # fail before any (possibly long) work
-    builder, default_data_dir = TASKS[task].load()
-    splits = builder(seed, Path(data_dir) if data_dir is not None else default_data_dir)
+    builder = TASKS[task].load()
+    splits = builder(seed, Path(data_dir) if data_dir is not None else None)
     return write_dataset(splits, out, task, seed, force=force)
 
 

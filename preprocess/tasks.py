@@ -1,13 +1,11 @@
 """Registry of tasks: name -> where its builder lives, plus a one-line description.
 
 Task modules are imported only when their task is used, so one module missing or failing
-to import never breaks the others.  Every task module exposes ``DEFAULT_DATA_DIR`` (a Path,
-or None for generated data), used when no ``--data-dir`` is given.
+to import never breaks the others.  A builder given ``data_dir=None`` (no ``--data-dir``)
+reads its task's own default data, or says what it needs.
 """
 import importlib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional, Tuple
 
 from preprocess.common import DataError, TaskBuilder
 
@@ -20,8 +18,8 @@ class Task:
     builder: str  # name of the build(seed, data_dir) function in that module
     description: str
 
-    def load(self) -> Tuple[TaskBuilder, Optional[Path]]:
-        """(builder, default data folder) of this task."""
+    def load(self) -> TaskBuilder:
+        """The build(seed, data_dir) function of this task."""
         module_name = f"preprocess.{self.module}"
         try:
             module = importlib.import_module(module_name)
@@ -29,7 +27,7 @@ class Task:
             if error.name != module_name:
                 raise
             raise DataError(f"{module_name} is not available in this checkout") from None
-        return getattr(module, self.builder), getattr(module, "DEFAULT_DATA_DIR", None)
+        return getattr(module, self.builder)
 
 
 TASKS = {

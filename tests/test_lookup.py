@@ -116,11 +116,10 @@ def test_valid_takes_500_seeded_rows_of_longer_seen_1():
 
 @needs_shipped
 def test_each_task_gets_its_own_default_folder():
-    from preprocess import lookup
-    # a registry that hands back the module's DEFAULT_DATA_DIR still gets the reverse files
-    via_module_default = build_reverse_lookup(1, lookup.DEFAULT_DATA_DIR)
-    assert via_module_default["test7"][0].source.startswith("t")
-    assert via_module_default == build_reverse_lookup(1, DEFAULT_DATA_DIRS["reverse_lookup"])
+    # no --data-dir: each task reads its own folder
+    default = build_reverse_lookup(1, None)
+    assert default["test7"][0].source.startswith("t")
+    assert default == build_reverse_lookup(1, DEFAULT_DATA_DIRS["reverse_lookup"])
     # but the forward folder named explicitly is refused
     with pytest.raises(DataError, match="looks like Lookup data"):
         build_reverse_lookup(1, Path(str(DEFAULT_DATA_DIRS["lookup"])))
