@@ -65,3 +65,62 @@ def summed_ratio(meters, numerator: str, denominator: str, scale: float = 1.0) -
     rounded to 3 decimals as fairseq logs; NaN before anything was counted."""
     total = meters[denominator].sum
     return round(scale * meters[numerator].sum / total, 3) if total > 0 else float("nan")
+
+
+# --- scoring a whole split of a trained checkpoint ------------------------------------
+
+def load_checkpoint(checkpoint, data_bin):
+    """(models, task) from a checkpoint, reading data from ``data_bin`` (fairseq's own loader)."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_monoattn  # noqa: F401  (registers the plugin before the checkpoint is read)
+
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data_bin)}
+    )
+    for model in models:
+        model.eval()
+    return models, task
+
+
+def longest_target(dataset) -> int:
+    return int(max(dataset.tgt_sizes))
+
+
+def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
+    """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
+    id, the output length limit used).
+
+    Nothing is filtered or skipped: batches ignore fairseq's position limits, keep the last
+    partial batch, and every example id must come back exactly once.  The output length
+    limit (default: twice the split's longest target plus 10 tokens) is the same for every
+    example; a hypothesis that reaches it is wrong, and it is what edit distance sees.
+    """
+    from fairseq.sequence_generator import SequenceGenerator
+
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    if max_output_len is None:
+        max_output_len = 2 * longest_target(dataset) + 10
+    generator = SequenceGenerator(models, task.target_dictionary, beam_size=1, max_len_a=0,
+                                  max_len_b=max_output_len, max_len=max_output_len + 2)
+    batches = task.get_batch_iterator(
+        dataset=dataset, max_sentences=batch_size, max_positions=None, ignore_invalid_inputs=False,
+        required_batch_size_multiple=1, seed=1, num_workers=0,
+    ).next_epoch_itr(shuffle=False)
+    pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
+    tally, found = Tally(), {}
+    for sample in (progress(batches) if progress else batches):
+        with torch.no_grad():
+            hypotheses = greedy_hypotheses(generator, models, sample)
+        targets = [strip_pad(t, pad) for t in sample["target"]]
+        tally.add(hypotheses, targets, eos)
+        for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
+            if example_id in found:
+                raise RuntimeError(f"{split}: example {example_id} was decoded twice")
+            found[example_id] = hypothesis
+    if len(found) != len(dataset):
+        missing = sorted(set(range(len(dataset))) - set(found))[:10]
+        raise RuntimeError(f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded "
+                           f"(first ids: {missing})")
+    return tally, found, max_output_len
