@@ -1,4 +1,4 @@
-"""Two fixes to fairseq 0.12 that this plugin applies when it is imported.
+"""Fixes to fairseq 0.12 that this plugin applies when it is imported.
 
 1. torch >= 2.6 loads checkpoints with ``weights_only=True``.  fairseq stores the training
    configuration in the checkpoint, and for models with argparse options that includes an
@@ -9,14 +9,20 @@
    not a multiple of ``--required-batch-size-multiple`` (default 8): up to 7 validation or
    test examples vanish (fairseq issue #5036).  Exact-match accuracy must count every
    example, so the remainder is kept as one more batch.
+
+3. ``--log-file``: every progress bar (one per epoch and per validation) adds another file
+   handler for the same file, so the n-th epoch's lines are written n times.  One handler
+   per file is kept.
 """
 import argparse
 import functools
 import logging
+import os
 
 import numpy as np
 import torch
 from fairseq.data import data_utils
+from fairseq.logging import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -52,5 +58,23 @@ def keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
+def one_log_file_handler():
+    original = progress_bar.progress_bar
+    if getattr(original, "one_handler_per_file", False):
+        return
+
+    @functools.wraps(original)
+    def progress_bar_once(*args, log_file=None, **kwargs):
+        if log_file is not None:
+            path = os.path.abspath(log_file)
+            if any(getattr(h, "baseFilename", None) == path for h in progress_bar.logger.handlers):
+                log_file = None  # this file already receives the progress lines
+        return original(*args, log_file=log_file, **kwargs)
+
+    progress_bar_once.one_handler_per_file = True
+    progress_bar.progress_bar = progress_bar_once
+
+
 allow_fairseq_checkpoints()
 keep_last_batch()
+one_log_file_handler()

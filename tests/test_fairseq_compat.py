@@ -1,0 +1,44 @@
+"""The fairseq 0.12 fixes the plugin applies on import (fairseq_monoattn/fairseq_compat.py)."""
+import argparse
+import logging
+
+import numpy as np
+import torch
+from fairseq.data import data_utils
+from fairseq.logging import progress_bar
+
+import fairseq_monoattn  # noqa: F401
+
+
+def test_last_partial_batch_is_kept():
+    indices = np.arange(100, dtype=np.int64)
+    batches = data_utils.batch_by_size(indices, lambda i: 5, max_sentences=50, required_batch_size_multiple=8)
+    assert [len(b) for b in batches] == [48, 48, 4]  # fairseq 0.12 alone returns [48, 48]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(100))
+    sizes = np.full(13, 5, dtype=np.int64)
+    batches = data_utils.batch_by_size(np.arange(13, dtype=np.int64), None, num_tokens_vec=sizes,
+                                       max_tokens=1000, required_batch_size_multiple=8)
+    assert sum(len(b) for b in batches) == 13
+
+
+def test_namespace_checkpoints_load_with_weights_only(tmp_path):
+    path = tmp_path / "state.pt"
+    torch.save({"cfg": {"model": argparse.Namespace(arch="gru_onestep")}}, path)
+    assert torch.load(path, weights_only=True)["cfg"]["model"].arch == "gru_onestep"
+
+
+def test_log_file_gets_each_progress_line_once(tmp_path):
+    log_file = tmp_path / "train.log"
+    before, level = list(progress_bar.logger.handlers), progress_bar.logger.level
+    progress_bar.logger.setLevel(logging.INFO)
+    try:
+        for epoch in (1, 2, 3):
+            bar = progress_bar.progress_bar([1], log_format="simple", log_file=str(log_file), epoch=epoch)
+            bar.print({"loss": 1.0}, tag="valid")
+        lines = [line for line in log_file.read_text().splitlines() if "loss" in line]
+        assert len(lines) == 3
+    finally:
+        for handler in progress_bar.logger.handlers[len(before):]:
+            handler.close()
+        progress_bar.logger.handlers[:] = before
+        progress_bar.logger.setLevel(level)
