@@ -61,3 +61,14 @@ def run_command(name, *argv, cwd=None):
     if result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
     return result.stdout + result.stderr
+
+
+def copy_examples(rng, count, low, high):
+    """`count` Copy examples of `low`..`high` random digits (preprocess.common.Example)."""
+    from preprocess.common import Example
+
+    out = []
+    for _ in range(count):
+        digits = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(low, high)))
+        out.append(Example(digits, digits, len(digits.split())))
+    return out

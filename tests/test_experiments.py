@@ -5,9 +5,8 @@ import sys
 
 import pytest
 
-from fairseq_cli_helpers import REPO
+from fairseq_cli_helpers import REPO, copy_examples
 from fairseq_monoattn.evaluation import Tally, edit_distance, is_exact_match
-from preprocess.common import Example
 from preprocess.writer import write_dataset
 
 sys.path.insert(0, str(REPO / "examples"))
@@ -36,18 +35,13 @@ def test_tally_on_hand_made_hypotheses():
     assert tally.accuracy == pytest.approx(100 / 6) and tally.mean_edit_distance == 1.5
 
 
-def digits(rng, low, high):
-    text = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(low, high)))
-    return Example(text, text, len(text.split()))
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A runs folder whose copy data is a tiny prepared set (13 test examples: not a multiple of 8)."""
     rng = random.Random(0)
     root = tmp_path_factory.mktemp("runs")
-    splits = {"train": [digits(rng, 3, 5) for _ in range(96)], "valid": [digits(rng, 5, 6) for _ in range(13)],
-              "test9": [digits(rng, 9, 9) for _ in range(13)], "test_iid": [digits(rng, 3, 5) for _ in range(5)]}
+    splits = {"train": copy_examples(rng, 96, 3, 5), "valid": copy_examples(rng, 13, 5, 6),
+              "test9": copy_examples(rng, 13, 9, 9), "test_iid": copy_examples(rng, 5, 3, 5)}
     write_dataset(splits, root / "copy" / "data", "copy", seed=1)
     return root
 

@@ -4,18 +4,9 @@ import random
 import pytest
 import torch
 
-from fairseq_cli_helpers import USER_DIR, generate, hypotheses, run_command, train
+from fairseq_cli_helpers import USER_DIR, copy_examples, generate, hypotheses, run_command, train
 from model_helpers import ALL_ARCHS
-from preprocess.common import Example
 from preprocess.writer import write_dataset
-
-
-def copy_examples(rng, count, low, high):
-    out = []
-    for _ in range(count):
-        digits = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(low, high)))
-        out.append(Example(digits, digits, len(digits.split())))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,179 @@
+"""A trained model's cross-attention for one input, ready to plot.
+
+    from fairseq_monoattn.attention_maps import load_checkpoint, attention_map
+    loaded = load_checkpoint("checkpoints/checkpoint_best.pt", "data/copy/bin")
+    result = attention_map(loaded, "4 7 9 8")          # greedy hypothesis
+    result = attention_map(loaded, "4 7 9 8", target="4 7 9 8")   # forced target
+    result.matrix            # (output steps, n + 3) numpy array, rows sum to 1
+    result.source_labels     # ["START", "4", "7", "9", "8", "</s>", "END"]
+    result.output_labels     # ["4", "7", "9", "8", "</s>"]
+
+The output is decoded greedily with fairseq's SequenceGenerator (beam 1); the attention
+then comes from ONE teacher-forced forward pass on [</s>] + output, i.e. the decoder's
+``extra["attention"]``: row t is the attention used to produce output token t, over the
+wrapped source [START, x_1 .. x_n, </s>, END] (fairseq's source EOS is a real position).
+
+With a direction gate (``gru_onestep``, ``gru_monoattn``, ``gru_birelative``, ...) the
+columns are positions of g * e + (1 - g) * reverse(e); ``direction`` holds g, so a picture
+can say which way the columns read (g near 1: left to right, near 0: reversed);
+``attended_labels`` gives the column labels in the order the columns actually read.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from fairseq import checkpoint_utils
+from fairseq.sequence_generator import SequenceGenerator
+
+from .evaluation import greedy_hypotheses  # importing this package registered the models
+from .models.gru_seq2seq import encoder_rows
+
+START_LABEL, END_LABEL = "START", "END"
+
+
+class AttentionMapError(Exception):
+    """A problem with the user's input (paths, tokens, model), worded for the command line."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    task: object
+    architecture: str
+    checkpoint: Path
+
+
+@dataclass
+class AttentionMap:
+    source_labels: List[str]  # START, source tokens, </s>, END
+    output_labels: List[str]  # output tokens, </s> included
+    matrix: np.ndarray  # (len(output_labels), len(source_labels)) attention weights
+    hypothesis: str  # output tokens without </s>
+    forced: bool  # True when the output was a given target, not the greedy hypothesis
+    eos_forced: bool  # greedy output cut at the length limit (the model did not choose </s>)
+    direction: Optional[float]  # the direction gate g, for models that have one
+    architecture: str
+
+    @property
+    def reads_reversed(self) -> bool:
+        """True when the direction gate picked reverse(e): column i then reads position n+1-i."""
+        return self.direction is not None and self.direction < 0.5
+
+    @property
+    def attended_labels(self) -> List[str]:
+        """What each column actually reads: source_labels, reversed when the gate chose reverse(e)."""
+        return self.source_labels[::-1] if self.reads_reversed else list(self.source_labels)
+
+
+# -- loading ---------------------------------------------------------------------------
+
+def load_checkpoint(checkpoint, data) -> LoadedModel:
+    """A checkpoint through fairseq's own loader, with its task reading dictionaries from ``data``."""
+    checkpoint, data = Path(checkpoint), Path(data)
+    if not checkpoint.is_file():
+        raise AttentionMapError(f"checkpoint not found: {checkpoint}")
+    if not data.is_dir():
+        raise AttentionMapError(f"data folder not found: {data} (pass the binarized folder, e.g. DIR/bin)")
+    if not any(data.glob("dict.*.txt")):
+        raise AttentionMapError(f"no fairseq dictionaries (dict.*.txt) in {data}")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)}
+    )
+    model = models[0].eval()
+    return LoadedModel(model, task, architecture_name(cfg), checkpoint)
+
+
+def architecture_name(cfg) -> str:
+    model_cfg = cfg.model
+    return getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None) or "model"
+
+
+# -- tokens ----------------------------------------------------------------------------
+
+def encode(dictionary, text: str, side: str) -> torch.Tensor:
+    """Space-separated tokens -> ids + [</s>]; unknown or special tokens are an error."""
+    tokens = text.split()
+    if not tokens:
+        raise AttentionMapError(f"the {side} is empty")
+    unknown = [tok for tok in tokens if dictionary.index(tok) < dictionary.nspecial]
+    if unknown:
+        names = ", ".join(repr(tok) for tok in dict.fromkeys(unknown))
+        raise AttentionMapError(f"{side} token(s) not in the model's {side} dictionary: {names}")
+    ids = [dictionary.index(tok) for tok in tokens] + [dictionary.eos()]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def labels(dictionary, ids) -> List[str]:
+    return [dictionary[i] for i in ids]
+
+
+# -- decoding and the teacher-forced pass -------------------------------------------------
+
+def net_input(src_ids: torch.Tensor):
+    return {"src_tokens": src_ids.unsqueeze(0), "src_lengths": torch.tensor([src_ids.numel()])}
+
+
+def greedy_output(loaded: LoadedModel, src_ids: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
+    """The greedy hypothesis (ending in </s>) from fairseq's SequenceGenerator, beam 1."""
+    generator = SequenceGenerator(
+        [loaded.model], loaded.task.target_dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b
+    )
+    sample = {"id": torch.tensor([0]), "net_input": net_input(src_ids)}
+    with torch.no_grad():
+        (hypothesis,) = greedy_hypotheses(generator, [loaded.model], sample)
+    return torch.tensor(hypothesis, dtype=torch.long)
+
+
+def teacher_forced(model, src_ids: torch.Tensor, output_ids: torch.Tensor):
+    """One forward pass on prev = [</s>] + output[:-1] -> (attention (T, n+2), logits (T, V), gate)."""
+    eos = model.decoder.dictionary.eos()
+    prev = torch.cat([torch.tensor([eos]), output_ids[:-1]]).unsqueeze(0)
+    inputs = net_input(src_ids)
+    with torch.no_grad():
+        encoder_out = model.encoder(**inputs)
+        logits, extra = model.decoder(prev, encoder_out)
+        gate = direction_gate(model, encoder_out)
+    width = src_ids.numel() + 2  # START and END around the tokens (</s> included)
+    return extra["attention"][0, :, :width], logits[0], gate
+
+
+def direction_gate(model, encoder_out) -> Optional[float]:
+    """g of the direction gate for this source, or None if the model has no gate."""
+    attention = model.decoder.attention
+    if attention.direction_gate is None:
+        return None
+    summary = encoder_rows(encoder_out, "summary")
+    _, gate = attention.direction_gate(
+        encoder_rows(encoder_out, "encodings"), summary[-1], encoder_rows(encoder_out, "lengths")
+    )
+    return float(gate[0])
+
+
+def attention_map(loaded: LoadedModel, source: str, target: Optional[str] = None,
+                  max_len_a: float = 5.0, max_len_b: int = 10) -> AttentionMap:
+    """Attention of ``loaded`` for ``source``, over its greedy output (or the given ``target``).
+
+    The greedy output is at most ``max_len_a * (n + 1) + max_len_b`` tokens before </s>
+    (fairseq-generate's --max-len-a / --max-len-b; n + 1 counts the source's </s>)."""
+    src_dict, tgt_dict = loaded.task.source_dictionary, loaded.task.target_dictionary
+    src_ids = encode(src_dict, source, "source")
+    if target is not None:
+        output_ids = encode(tgt_dict, target, "target")
+    else:
+        output_ids = greedy_output(loaded, src_ids, max_len_a, max_len_b)
+    attention, logits, gate = teacher_forced(loaded.model, src_ids, output_ids)
+    eos_forced = target is None and int(logits[-1].argmax()) != tgt_dict.eos()
+    output_labels = labels(tgt_dict, output_ids)
+    return AttentionMap(
+        source_labels=[START_LABEL, *labels(src_dict, src_ids), END_LABEL],
+        output_labels=output_labels,
+        matrix=attention.numpy(),
+        hypothesis=" ".join(output_labels[:-1]),
+        forced=target is not None,
+        eos_forced=eos_forced,
+        direction=gate,
+        architecture=loaded.architecture,
+    )

@@ -1,0 +1,211 @@
+"""Attention pictures: the library's matrix and labels, the PNG command, and the diagonal
+that a trained OneStep model draws on Copy."""
+import importlib.util
+import random
+
+import numpy as np
+import pytest
+import torch
+from fairseq.data import data_utils
+from fairseq.sequence_generator import SequenceGenerator
+from PIL import Image
+
+from fairseq_cli_helpers import REPO, train
+from fairseq_monoattn.attention_maps import AttentionMapError, attention_map, load_checkpoint
+from preprocess.common import Example
+from preprocess.writer import write_dataset
+
+HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
+TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--seed", "1",
+         "--no-progress-bar", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
+         "--no-save-optimizer-state"]
+
+
+def load_cli():
+    spec = importlib.util.spec_from_file_location("plot_attention", REPO / "examples" / "plot_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plot_attention = load_cli()
+
+
+def copy_examples(rng, count, low, high):
+    out = []
+    for _ in range(count):
+        digits = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(low, high)))
+        out.append(Example(digits, digits, len(digits.split())))
+    return out
+
+
+@pytest.fixture(scope="module")
+def copy_data(tmp_path_factory):
+    rng = random.Random(0)
+    splits = {"train": copy_examples(rng, 512, 3, 8), "valid": copy_examples(rng, 16, 5, 8),
+              "test": copy_examples(rng, 16, 5, 8)}
+    out = tmp_path_factory.mktemp("attention") / "copy"
+    write_dataset(splits, out, "copy", seed=0)
+    return out / "bin"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(copy_data, tmp_path_factory):
+    """gru_onestep trained until it copies (150 updates, ~5 s) and a barely trained gru_content."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model; two threads on a busy 2-core machine run 10x slower
+    try:
+        paths = {}
+        for arch, updates in (("gru_onestep", 150), ("gru_content", 3)):
+            save = tmp_path_factory.mktemp(arch)
+            train([str(copy_data), "--arch", arch, *TRAIN, "--max-update", str(updates), "--save-dir", str(save)])
+            paths[arch] = save / "checkpoint_last.pt"
+        yield paths
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def onestep(checkpoints, copy_data):
+    return load_checkpoint(checkpoints["gru_onestep"], copy_data)
+
+
+# -- the library ---------------------------------------------------------------------------
+
+def test_matrix_is_the_models_attention_for_that_input(onestep):
+    result = attention_map(onestep, "4 7 9 8")
+    model, src_dict, tgt_dict = onestep.model, onestep.task.source_dictionary, onestep.task.target_dictionary
+    # recompute: the same source inside a left-padded batch with a longer one, one forward pass
+    sources = [src_dict.encode_line(s, add_if_not_exist=False).long() for s in ("4 7 9 8", "1 2 3 4 5 6 7 8")]
+    output = [tgt_dict.index(t) for t in result.output_labels]
+    prev = torch.tensor([[tgt_dict.eos()] + output[:-1]] * 2)
+    src_tokens = data_utils.collate_tokens(sources, src_dict.pad(), left_pad=True)
+    with torch.no_grad():
+        _, extra = model(src_tokens, torch.tensor([len(s) for s in sources]), prev)
+    expected = extra["attention"][0, :, :4 + 3].numpy()
+    assert result.matrix.shape == (len(output), 7)
+    np.testing.assert_allclose(result.matrix, expected, atol=1e-6)
+    np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_teacher_forced_attention_matches_the_decoding_steps(checkpoints, copy_data):
+    """fairseq's own generator, asked for alignments, saw the same weights step by step."""
+    loaded = load_checkpoint(checkpoints["gru_onestep"], copy_data)
+    result = attention_map(loaded, "3 1 4 1 5")
+    loaded.model.decoder.make_generation_fast_(need_attn=True)
+    generator = SequenceGenerator([loaded.model], loaded.task.target_dictionary, beam_size=1)
+    src = loaded.task.source_dictionary.encode_line("3 1 4 1 5", add_if_not_exist=False).long().unsqueeze(0)
+    sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([6])}}
+    with torch.no_grad():
+        (hypo,) = generator.generate([loaded.model], sample)[0]
+    # fairseq's layout: (source tokens incl. </s>, output steps), without START / END
+    np.testing.assert_allclose(result.matrix[:, 1:-1], hypo["attention"].T.numpy(), atol=1e-5)
+
+
+def test_labels_and_hypothesis(onestep):
+    result = attention_map(onestep, "4 7 9 8")
+    assert result.source_labels == ["START", "4", "7", "9", "8", "</s>", "END"]
+    assert result.output_labels[-1] == "</s>"
+    assert result.hypothesis == " ".join(result.output_labels[:-1])
+    assert result.architecture == "gru_onestep" and not result.forced and not result.eos_forced
+    assert 0.0 <= result.direction <= 1.0
+
+
+def test_forced_target(onestep):
+    result = attention_map(onestep, "4 7 9 8", target="1 1 1 1 1 1")
+    assert result.forced and result.hypothesis == "1 1 1 1 1 1"
+    assert result.output_labels == ["1"] * 6 + ["</s>"] and result.matrix.shape == (7, 7)
+
+
+def test_length_limit_is_reported(onestep):
+    result = attention_map(onestep, "4 7 9 8", max_len_a=0, max_len_b=2)
+    assert result.output_labels == ["4", "7", "</s>"] and result.eos_forced
+
+
+def test_unknown_tokens_are_named(onestep):
+    with pytest.raises(AttentionMapError, match=r"source.*'x', 'yz'"):
+        attention_map(onestep, "4 x 7 yz x")
+    with pytest.raises(AttentionMapError, match=r"target.*'<unk>'"):
+        attention_map(onestep, "4 7", target="4 <unk>")
+    with pytest.raises(AttentionMapError, match="empty"):
+        attention_map(onestep, "   ")
+
+
+def test_missing_checkpoint_or_data(checkpoints, copy_data, tmp_path):
+    with pytest.raises(AttentionMapError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "nope.pt", copy_data)
+    with pytest.raises(AttentionMapError, match="data folder not found"):
+        load_checkpoint(checkpoints["gru_onestep"], tmp_path / "nope")
+    with pytest.raises(AttentionMapError, match="no fairseq dictionaries"):
+        load_checkpoint(checkpoints["gru_onestep"], tmp_path)
+
+
+def test_onestep_trained_on_copy_attends_along_the_diagonal(onestep):
+    """Trained on lengths 3-8, it copies a length-12 input, one source position per step."""
+    result = attention_map(onestep, HELD_OUT)
+    assert result.hypothesis == HELD_OUT
+    assert result.direction > 0.5  # reads left to right
+    steps = result.matrix.argmax(axis=1)
+    assert (np.diff(steps) > 0).all(), steps  # strictly forward
+    assert steps.tolist() == list(range(1, len(HELD_OUT.split()) + 2))  # x_1 .. x_n, then </s>
+
+
+# -- the command -----------------------------------------------------------------------------
+
+def png_size(path):
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return image.size
+
+
+def test_cli_writes_a_png_of_the_expected_size(checkpoints, copy_data, tmp_path, capsys):
+    out = tmp_path / "attention.png"
+    (result,) = plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
+                                     "--source", "4 7 9 8", "--out", str(out), "--title", "Copy"])
+    assert png_size(out) == plot_attention.expected_pixels([result.matrix.shape])
+    assert f"greedy output: {result.hypothesis}" in capsys.readouterr().out
+
+
+def test_cli_grid_of_two_checkpoints(checkpoints, copy_data, tmp_path):
+    out = tmp_path / "grid.png"
+    results = plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), str(checkpoints["gru_content"]),
+                                   "--labels", "OneStep", "Content", "--data", str(copy_data),
+                                   "--source", HELD_OUT, "--target", HELD_OUT, "--out", str(out)])
+    assert [r.architecture for r in results] == ["gru_onestep", "gru_content"]
+    shapes = [r.matrix.shape for r in results]
+    assert shapes == [(13, 15), (13, 15)]
+    assert png_size(out) == plot_attention.expected_pixels(shapes)
+    assert png_size(out)[0] > plot_attention.expected_pixels(shapes[:1])[0]  # two panels side by side
+
+
+def test_cli_refuses_an_existing_out_unless_forced(checkpoints, copy_data, tmp_path, capsys):
+    out = tmp_path / "attention.png"
+    out.write_bytes(b"keep me")
+    argv = ["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data), "--source", "4 7",
+            "--out", str(out)]
+    with pytest.raises(SystemExit):
+        plot_attention.main(argv)
+    assert "--out exists" in capsys.readouterr().err and out.read_bytes() == b"keep me"
+    plot_attention.main([*argv, "--force"])
+    assert png_size(out)[0] > 0
+
+
+def test_cli_errors(checkpoints, copy_data, tmp_path, capsys):
+    base = ["--data", str(copy_data), "--source", "4 7", "--out", str(tmp_path / "a.png")]
+    with pytest.raises(SystemExit):
+        plot_attention.main(["--checkpoint", str(tmp_path / "missing.pt"), *base])
+    assert "checkpoint not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="'q'"):
+        plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
+                             "--source", "4 q 7", "--out", str(tmp_path / "a.png")])
+    with pytest.raises(SystemExit):
+        plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), "--labels", "A", "B", *base])
+    assert "--labels" in capsys.readouterr().err
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_long_inputs_thin_the_tick_labels():
+    ticks, thinned = plot_attention.tick_positions(103)
+    assert thinned and ticks[0] == 0 and ticks[-1] == 102 and len(ticks) <= plot_attention.MAX_TICKS + 1
+    assert plot_attention.tick_positions(20) == (list(range(20)), False)
+    assert plot_attention.panel_inches(300, 300) == (plot_attention.MAX_PANEL_INCHES,) * 2
