@@ -64,7 +64,8 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
     results = {}
     for split in splits:
         start = time.time()
-        bar = lambda batches: tqdm(batches, desc=f"decoding {split}", leave=False, file=sys.stderr)  # noqa: E731
+        bar = lambda batches: tqdm(batches, desc=f"decoding {split}", leave=False, file=sys.stderr,  # noqa: E731
+                                   disable=not sys.stderr.isatty())
         tally, hypotheses, limit = score_split(models, task, split, batch_size, max_output_len, progress=bar)
         results[split] = dict(tally.as_dict(), max_output_len=limit, seconds=round(time.time() - start, 1))
         if predictions:

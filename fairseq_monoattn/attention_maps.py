@@ -26,9 +26,8 @@ import numpy as np
 import torch
 
 from fairseq import checkpoint_utils
-from fairseq.sequence_generator import SequenceGenerator
 
-from .evaluation import greedy_hypotheses  # importing this package registered the models
+from .evaluation import greedy_generator, greedy_hypotheses  # importing this package registered the models
 from .models.gru_seq2seq import encoder_rows
 
 START_LABEL, END_LABEL = "START", "END"
@@ -118,9 +117,7 @@ def net_input(src_ids: torch.Tensor):
 
 def greedy_output(loaded: LoadedModel, src_ids: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
     """The greedy hypothesis (ending in </s>) from fairseq's SequenceGenerator, beam 1."""
-    generator = SequenceGenerator(
-        [loaded.model], loaded.task.target_dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b
-    )
+    generator = greedy_generator([loaded.model], loaded.task.target_dictionary, max_len_a, max_len_b)
     sample = {"id": torch.tensor([0]), "net_input": net_input(src_ids)}
     with torch.no_grad():
         (hypothesis,) = greedy_hypotheses(generator, [loaded.model], sample)

@@ -27,6 +27,16 @@ def edit_distance(hypothesis: Sequence[int], target: Sequence[int], eos: int) ->
     return nltk_edit_distance(body(hypothesis), body(target))
 
 
+def greedy_generator(models, target_dictionary, max_len_a: float = 0.0, max_len_b: int = 200):
+    """Plain greedy decoding with fairseq's SequenceGenerator: beam 1 and no minimum length
+    (EOS may come first; fairseq's default min_len=1 would forbid it).  The output is cut
+    at max_len_a * source length + max_len_b tokens (then EOS is forced)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    return SequenceGenerator(models, target_dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b,
+                             min_len=0)
+
+
 def greedy_hypotheses(generator, models, sample) -> List[List[int]]:
     """The best hypothesis of every example of a batch, in the batch's order (EOS included
     when the model emitted one; a hypothesis cut at the length limit ends with the EOS the
@@ -96,14 +106,11 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
     limit (default: twice the split's longest target plus 10 tokens) is the same for every
     example; a hypothesis that reaches it is wrong, and it is what edit distance sees.
     """
-    from fairseq.sequence_generator import SequenceGenerator
-
     task.load_dataset(split)
     dataset = task.dataset(split)
     if max_output_len is None:
         max_output_len = 2 * longest_target(dataset) + 10
-    generator = SequenceGenerator(models, task.target_dictionary, beam_size=1, max_len_a=0,
-                                  max_len_b=max_output_len, max_len=max_output_len + 2)
+    generator = greedy_generator(models, task.target_dictionary, max_len_b=max_output_len)
     batches = task.get_batch_iterator(
         dataset=dataset, max_sentences=batch_size, max_positions=None, ignore_invalid_inputs=False,
         required_batch_size_multiple=1, seed=1, num_workers=0,

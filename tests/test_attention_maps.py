@@ -10,9 +10,8 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 from PIL import Image
 
-from fairseq_cli_helpers import REPO, train
+from fairseq_cli_helpers import REPO, copy_examples, train
 from fairseq_monoattn.attention_maps import AttentionMapError, attention_map, load_checkpoint
-from preprocess.common import Example
 from preprocess.writer import write_dataset
 
 HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
@@ -29,14 +28,6 @@ def load_cli():
 
 
 plot_attention = load_cli()
-
-
-def copy_examples(rng, count, low, high):
-    out = []
-    for _ in range(count):
-        digits = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(low, high)))
-        out.append(Example(digits, digits, len(digits.split())))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ def test_every_arch_trains_and_decodes(arch, tiny_copy, tmp_path):
            "--no-epoch-checkpoints"])
     assert (save / "checkpoint_last.pt").is_file()
     lines = generate([str(tiny_copy / "bin"), "--path", str(save / "checkpoint_last.pt"), "--beam", "2",
-                      "--batch-size", "8", "--max-len-b", "30", "--print-alignment"], tmp_path, "test")
+                      "--batch-size", "8", "--max-len-b", "30", "--print-alignment", "--num-workers", "0"], tmp_path, "test")
     assert sorted(hypotheses(lines)) == list(range(13))  # every example decoded, none dropped
     assert sum(line.startswith("A-") for line in lines) == 13
 

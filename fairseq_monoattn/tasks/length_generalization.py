@@ -1,0 +1,134 @@
+"""``--task length_generalization``: fairseq's translation task (same data layout, same
+options) with defaults that never drop long examples and greedy exact-match validation.
+
+* ``--max-source-positions`` / ``--max-target-positions`` default to 100000 instead of 1024,
+  so long test inputs are neither filtered (training) nor rejected (validation).
+* ``--eval-accuracy`` greedy-decodes every validation batch and logs ``accuracy`` (percent
+  of outputs equal to the target, EOS included) and ``edit_distance`` (mean, NLTK), both from
+  counts summed over batches and workers.  Select checkpoints on it with
+  ``--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric``; checkpoint_best.pt,
+  ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.
+"""
+import logging
+from dataclasses import dataclass, field
+
+from fairseq import utils
+from fairseq.logging import metrics
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
+
+from ..evaluation import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
+
+logger = logging.getLogger(__name__)
+
+NO_LIMIT = 100_000
+SAMPLES_TO_PRINT = 3
+
+# logging-output key -> hidden meter summed over batches and workers
+GREEDY_COUNTS = {"_acc_correct": "correct", "_acc_total": "size", "_acc_edit_distance": "edit_distance"}
+MAXIMIZED = {"accuracy", "exact_match", "token_acc"}
+MINIMIZED = {"loss", "nll_loss", "ppl", "edit_distance"}
+
+
+@dataclass
+class LengthGeneralizationConfig(TranslationConfig):
+    max_source_positions: int = field(
+        default=NO_LIMIT, metadata={"help": "max number of tokens in the source sequence"}
+    )
+    max_target_positions: int = field(
+        default=NO_LIMIT, metadata={"help": "max number of tokens in the target sequence"}
+    )
+    eval_accuracy: bool = field(
+        default=False,
+        metadata={"help": "greedy-decode the validation set and log exact-match accuracy and edit distance"},
+    )
+    eval_accuracy_print_samples: bool = field(
+        default=False, metadata={"help": "log a few hypothesis/target pairs at each validation"}
+    )
+    best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
+    maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
+
+
+def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
+    """Fail early on settings fairseq would only trip over (or silently get wrong) later."""
+    metric = cfg.best_checkpoint_metric
+    if metric in ("accuracy", "edit_distance") and not cfg.eval_accuracy:
+        raise ValueError(f"--best-checkpoint-metric {metric} needs --eval-accuracy")
+    if metric in MAXIMIZED and not cfg.maximize_best_checkpoint_metric:
+        raise ValueError(f"--best-checkpoint-metric {metric} needs --maximize-best-checkpoint-metric")
+    if metric in MINIMIZED and cfg.maximize_best_checkpoint_metric is True:
+        raise ValueError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
+
+
+def longest_target(sample, pad: int) -> int:
+    return int(sample["target"].ne(pad).sum(dim=1).max())
+
+
+@register_task("length_generalization", dataclass=LengthGeneralizationConfig)
+class LengthGeneralizationTask(TranslationTask):
+    cfg: LengthGeneralizationConfig
+
+    def __init__(self, cfg: LengthGeneralizationConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        self.samples_left_to_print = SAMPLES_TO_PRINT
+
+    @classmethod
+    def setup_task(cls, cfg: LengthGeneralizationConfig, **kwargs):
+        check_checkpoint_metric(cfg)
+        return super().setup_task(cfg, **kwargs)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if self.cfg.eval_accuracy:
+            # greedy, no minimum length (EOS may come first); max_len_b is set per batch
+            self.greedy_generator = greedy_generator([model], self.target_dictionary)
+        return model
+
+    def begin_valid_epoch(self, epoch, model):
+        super().begin_valid_epoch(epoch, model)
+        self.samples_left_to_print = SAMPLES_TO_PRINT
+
+    def valid_step(self, sample, model, criterion):
+        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
+        if self.cfg.eval_accuracy:
+            tally = self.greedy_tally(sample, model)
+            logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
+        return loss, sample_size, logging_output
+
+    def greedy_tally(self, sample, model) -> Tally:
+        """Greedy outputs of one batch scored against its targets (token ids, EOS included).
+
+        Decoding stops after (longest target of the batch) + 1 tokens, EOS included.  An
+        output still running by then is longer than every target of the batch, so it is
+        wrong whatever it would have become: exact match is unaffected.  Its edit distance
+        is that of the cut output, a lower bound of the uncut one.
+        """
+        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
+        # at most max_len_b tokens before the EOS the generator forces
+        self.greedy_generator.max_len_b = longest_target(sample, pad)
+        hypotheses = greedy_hypotheses(self.greedy_generator, [model], sample)
+        targets = [strip_pad(row, pad) for row in sample["target"]]
+        tally = Tally()
+        tally.add(hypotheses, targets, eos)
+        if self.cfg.eval_accuracy_print_samples:
+            self.print_samples(hypotheses, targets)
+        return tally
+
+    def print_samples(self, hypotheses, targets):
+        count = min(self.samples_left_to_print, len(targets))
+        for hypothesis, target in zip(hypotheses[:count], targets[:count]):
+            logger.info(f"greedy hypothesis: {self.tgt_dict.string(hypothesis, include_eos=True)}")
+            logger.info(f"target:            {self.tgt_dict.string(target, include_eos=True)}")
+        self.samples_left_to_print -= count
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        if not any("_acc_total" in log for log in logging_outputs):
+            return  # a training step, or validation without --eval-accuracy
+        for key in GREEDY_COUNTS:
+            metrics.log_scalar_sum(key, utils.item(sum(log.get(key, 0) for log in logging_outputs)))
+        # accuracy = 100 * correct / total; edit_distance = summed distance / total
+        metrics.log_derived("accuracy", lambda m: summed_ratio(m, "_acc_correct", "_acc_total", 100.0))
+        metrics.log_derived("edit_distance", lambda m: summed_ratio(m, "_acc_edit_distance", "_acc_total"))
+        metrics.log_derived("acc_total", lambda m: m["_acc_total"].sum)  # examples scored, all of valid

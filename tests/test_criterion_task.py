@@ -1,0 +1,375 @@
+"""--criterion seq_acc and --task length_generalization: exact values on hand-made batches,
+sums across batches, greedy validation against fairseq-generate, checkpoint selection,
+the LR schedule and early stopping following the chosen metric, and the paper's recipe."""
+import json
+import logging
+import math
+import random
+from argparse import Namespace
+from contextlib import contextmanager
+
+import pytest
+import torch
+from fairseq import options, tasks
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+from fairseq.data import Dictionary
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.logging import metrics
+from fairseq.optim import build_optimizer
+from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+from fairseq_cli_helpers import USER_DIR, copy_examples, generate, train
+from fairseq_monoattn.criterions.sequence_accuracy import SequenceAccuracyCriterion
+from fairseq_monoattn.evaluation import Tally
+from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_TEACHER_FORCED
+from preprocess.writer import write_dataset
+
+LN2, LN10 = math.log(2), math.log(10)
+
+# ---------------------------------------------------------------- criterion, hand-made batch
+
+# vocabulary: <s>=0 <pad>=1 </s>=2 <unk>=3 x=4 y=5
+TARGETS = torch.tensor([[4, 5, 2],   # every argmax right              -> sequence right
+                        [5, 2, 1],   # first token wrong, pad ignored  -> sequence wrong
+                        [4, 4, 2]])  # EOS wrong                       -> sequence wrong
+ARGMAX = torch.tensor([[4, 5, 2],
+                       [4, 2, 5],
+                       [4, 4, 4]])
+# each position: p = 0.5 on its argmax, 0.1 on each of the 5 other tokens
+# 8 non-pad target tokens, 6 right (-log 0.5 each), 2 wrong (-log 0.1 each)
+NLL = 6 * LN2 + 2 * LN10
+
+
+def target_dictionary():
+    dictionary = Dictionary()
+    for symbol in "xy":
+        dictionary.add_symbol(symbol)
+    return dictionary
+
+
+class FixedOutputModel(torch.nn.Module):
+    """Stands in for a seq2seq model: returns given log-probabilities for the batch rows."""
+
+    def __init__(self, lprobs):
+        super().__init__()
+        self.lprobs = lprobs
+
+    def forward(self, rows):
+        return self.lprobs[rows], None
+
+    def get_normalized_probs(self, net_output, log_probs):
+        assert log_probs
+        return net_output[0]
+
+    def get_targets(self, sample, net_output):
+        return sample["target"]
+
+
+def fixed_lprobs():
+    probs = torch.full((*ARGMAX.shape, 6), 0.1)
+    probs.scatter_(-1, ARGMAX.unsqueeze(-1), 0.5)
+    return probs.log()
+
+
+def batch(rows):
+    rows = torch.tensor(rows)
+    target = TARGETS[rows]
+    return {"net_input": {"rows": rows}, "target": target, "ntokens": int(target.ne(1).sum())}
+
+
+def criterion(label_smoothing=0.0):
+    task = Namespace(target_dictionary=target_dictionary())
+    return SequenceAccuracyCriterion(task, sentence_avg=False, label_smoothing=label_smoothing)
+
+
+def reduced(logging_outputs_per_call):
+    """Smoothed values after reduce_metrics was called once per list (one call per batch)."""
+    with metrics.aggregate(new_root=True) as agg:
+        for logging_outputs in logging_outputs_per_call:
+            SequenceAccuracyCriterion.reduce_metrics(logging_outputs)
+        return agg.get_smoothed_values()
+
+
+def test_criterion_counts_loss_token_accuracy_and_teacher_forced_exact_match():
+    model = FixedOutputModel(fixed_lprobs())
+    loss, sample_size, log = criterion()(model, batch([0, 1, 2]))
+    assert loss.item() == pytest.approx(NLL, abs=1e-5)
+    assert sample_size == 8
+    assert (log["ntokens"], log["nsentences"], log["n_correct_tokens"], log["n_correct_sequences"]) == (8, 3, 6, 1)
+    values = reduced([[log]])
+    assert values["loss"] == values["nll_loss"] == round(NLL / 8 / LN2, 3) == 1.58  # base 2
+    assert values["token_acc"] == 75.0
+    assert values["exact_match"] == 33.333
+
+
+def test_label_smoothing_spreads_epsilon_over_the_other_tokens():
+    epsilon, vocab = 0.1, 6
+    loss, _, log = criterion(epsilon)(FixedOutputModel(fixed_lprobs()), batch([0, 1, 2]))
+    # sum over the other tokens of -log p: right positions 5 * ln 10, wrong ones ln 2 + 4 ln 10
+    others = 6 * 5 * LN10 + 2 * (LN2 + 4 * LN10)
+    assert loss.item() == pytest.approx((1 - epsilon) * NLL + epsilon / (vocab - 1) * others, abs=1e-5)
+    assert log["nll_loss"].item() == pytest.approx(NLL, abs=1e-5)
+    reference, _ = label_smoothed_nll_loss(fixed_lprobs().view(-1, vocab), TARGETS.view(-1), epsilon, ignore_index=1)
+    assert loss.item() == pytest.approx(reference.item(), abs=1e-5)
+
+
+def test_metrics_of_two_halves_equal_the_metrics_of_the_whole_batch():
+    model, seq_acc = FixedOutputModel(fixed_lprobs()), criterion()
+    whole = reduced([[seq_acc(model, batch([0, 1, 2]))[2]]])
+    first, second = seq_acc(model, batch([0]))[2], seq_acc(model, batch([1, 2]))[2]
+    assert reduced([[first], [second]])["exact_match"] == 33.333  # not the mean of 100 and 0
+    for parts in ([[first, second]], [[first], [second]]):  # two workers / two batches
+        assert reduced(parts) == whole
+
+
+# ---------------------------------------------------------------- task: greedy validation, checkpoint selection
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core machine two torch threads
+    make these runs over ten times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def parsed(data, argv):
+    """The configuration fairseq-train DATA --arch gru_onestep ARGV would run with."""
+    args = options.parse_args_and_arch(options.get_training_parser(),
+                                       [str(data), "--arch", "gru_onestep", *argv, "--user-dir", USER_DIR])
+    return convert_namespace_to_omegaconf(args)
+
+
+@pytest.fixture(scope="module")
+def tiny_copy(tmp_path_factory):
+    """200 training pairs of 2-4 digits; 13 valid pairs (not a multiple of 8)."""
+    rng = random.Random(0)
+    splits = {"train": copy_examples(rng, 200, 2, 4), "valid": copy_examples(rng, 13, 2, 5)}
+    out = tmp_path_factory.mktemp("tiny") / "copy"
+    write_dataset(splits, out, "copy", seed=0)
+    return out / "bin"
+
+
+@contextmanager
+def logged_stats():
+    """Collects the end-of-epoch {"train": [...], "valid": [...]} stats of --log-format json."""
+    stats = {"train": [], "valid": []}
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if record.name in stats:  # fairseq renames its progress-bar logger to the tag
+                stats[record.name].append(json.loads(record.getMessage()))
+
+    logger, handler = logging.getLogger("fairseq.logging.progress_bar"), Collect()
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield stats
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+SHORT_RUN = ["--arch", "gru_onestep", "--dropout", "0.1", "--optimizer", "adam", "--lr", "0.01",
+             "--batch-size", "16", "--batch-size-valid", "8", "--seed", "1", "--num-workers", "0",
+             "--log-format", "json", "--no-progress-bar"]
+PATIENCE, LR_PATIENCE, MAX_EPOCH = 3, 0, 10
+
+
+@pytest.fixture(scope="module")
+def greedy_run(tiny_copy, tmp_path_factory):
+    """Trained with greedy accuracy driving everything: (save dir, logged stats)."""
+    save = tmp_path_factory.mktemp("greedy_run")
+    with logged_stats() as stats:
+        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(save),
+               "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
+               "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+               "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5",
+               "--lr-patience", str(LR_PATIENCE), "--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)])
+    return save, stats
+
+
+def valid_values(stats, key):
+    return [float(epoch[f"valid_{key}"]) for epoch in stats["valid"]]
+
+
+def token_ids(dictionary, text):
+    return [dictionary.index(token) for token in text.split()] + [dictionary.eos()]
+
+
+def generate_tally(data, checkpoint, tmp_path) -> Tally:
+    """Tally of fairseq-generate's greedy output on valid, batched as validation batches it.
+
+    Validation stops a batch at its longest target + 1 tokens; for Copy the longest source
+    of a batch (EOS included) is that longest target, so --max-len-a 1 --max-len-b 0 is the
+    same limit."""
+    lines = generate([str(data), "--path", str(checkpoint), "--task", "length_generalization",
+                      "--beam", "1", "--min-len", "0", "--max-len-a", "1", "--max-len-b", "0",
+                      "--batch-size", "8", "--seed", "1", "--num-workers", "0"], tmp_path, "valid")
+    dictionary = Dictionary.load(str(data / "dict.tgt.txt"))
+    # "T-i<TAB>target text", "H-i<TAB>score<TAB>hypothesis text": key -> text
+    columns = {line.split("\t")[0]: line.split("\t")[-1] for line in lines if line[:2] in ("H-", "T-")}
+    ids = sorted(int(key[2:]) for key in columns if key.startswith("H-"))
+    tally = Tally()
+    tally.add([token_ids(dictionary, columns[f"H-{i}"]) for i in ids],
+              [token_ids(dictionary, columns[f"T-{i}"]) for i in ids], dictionary.eos())
+    return tally
+
+
+def constant_output_validation(data, batch_indices, emit="<unk>", print_samples=False):
+    """valid_step on batches, with a model whose argmax is always the token `emit`."""
+    cfg = parsed(data, ["--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
+                        *(["--eval-accuracy-print-samples"] if print_samples else [])])
+    task = tasks.setup_task(cfg.task)
+    model, seq_acc = task.build_model(cfg.model).eval(), task.build_criterion(cfg.criterion)
+    token = task.target_dictionary.index(emit)
+    model.decoder.output_layer = lambda features: torch.nn.functional.one_hot(
+        torch.full(features.shape[:-1], token), len(task.target_dictionary)).float()
+    task.load_dataset("valid")
+    valid = task.dataset("valid")
+    task.begin_valid_epoch(1, model)
+    with torch.no_grad():
+        return valid, [task.valid_step(valid.collater([valid[i] for i in indices]), model, seq_acc)[2]
+                       for indices in batch_indices]
+
+
+def test_greedy_decoding_stops_one_token_after_the_longest_target_of_the_batch(tiny_copy):
+    """A runaway output is <unk> * L + EOS with L = longest target of its batch (EOS
+    counted): L + 1 tokens, so against a target of n < L body tokens its edit distance is L."""
+    batches = [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
+    valid, logs = constant_output_validation(tiny_copy, batches)
+    for indices, log in zip(batches, logs):
+        longest = max(len(valid[i]["target"]) for i in indices)
+        assert (log["_acc_total"], log["_acc_correct"]) == (len(indices), 0)
+        assert log["_acc_edit_distance"] == longest * len(indices)
+
+
+def test_greedy_decoding_may_end_at_the_first_step(tiny_copy):
+    """No minimum length: a model whose argmax is EOS outputs nothing (edit distance = target
+    length), exactly what teacher-forced exact match assumes."""
+    valid, (log,) = constant_output_validation(tiny_copy, [list(range(13))], emit="</s>")
+    assert log["_acc_edit_distance"] == sum(len(valid[i]["target"]) - 1 for i in range(13))
+
+
+def test_print_samples_logs_three_pairs_per_validation(tiny_copy, caplog):
+    with caplog.at_level(logging.INFO, logger="fairseq_monoattn.tasks.length_generalization"):
+        constant_output_validation(tiny_copy, [[0, 1], [2, 3, 4]], print_samples=True)
+    printed = [r.getMessage() for r in caplog.records if "greedy hypothesis" in r.getMessage()]
+    assert len(printed) == 3 and printed[0].endswith("<unk> </s>")
+
+
+def test_every_valid_example_is_scored(greedy_run):
+    _, stats = greedy_run
+    assert valid_values(stats, "acc_total") == [13.0] * len(stats["valid"])
+
+
+def test_greedy_validation_equals_fairseq_generate_scored_by_tally(greedy_run, tiny_copy, tmp_path):
+    save, stats = greedy_run
+    accuracies = valid_values(stats, "accuracy")
+    assert any(0 < accuracy < 100 for accuracy in accuracies)  # the comparison is not trivial
+    for epoch, accuracy, distance in zip(range(1, len(accuracies) + 1), accuracies,
+                                         valid_values(stats, "edit_distance")):
+        tally = generate_tally(tiny_copy, save / f"checkpoint{epoch}.pt", tmp_path / str(epoch))
+        assert tally.size == 13
+        assert (round(tally.accuracy, 3), round(tally.mean_edit_distance, 3)) == (accuracy, distance)
+
+
+def test_teacher_forced_exact_match_equals_greedy_accuracy(greedy_run):
+    """All argmaxes right under teacher forcing <=> greedy decoding reproduces the target
+    (same prefixes at every step); greedy validation therefore runs with no minimum length."""
+    _, stats = greedy_run
+    assert valid_values(stats, "exact_match") == valid_values(stats, "accuracy")
+
+
+def test_checkpoint_best_follows_greedy_accuracy(greedy_run):
+    save, stats = greedy_run
+    accuracies = valid_values(stats, "accuracy")
+    best = torch.load(save / "checkpoint_best.pt", weights_only=True)
+    assert best["extra_state"]["best"] == max(accuracies)
+    assert best["extra_state"]["val_loss"] == max(accuracies)
+    # fairseq replaces checkpoint_best.pt on ties (>=): the last epoch reaching the maximum
+    last_best_epoch = max(e for e, a in enumerate(accuracies, 1) if a == max(accuracies))
+    same_epoch = torch.load(save / f"checkpoint{last_best_epoch}.pt", weights_only=True)
+    assert all(torch.equal(best["model"][k], same_epoch["model"][k]) for k in best["model"])
+    assert best["optimizer_history"][-1]["lr_scheduler_state"]["best"] == max(accuracies)
+
+
+def expected_stop_epoch(scores, patience, max_epoch):
+    best, runs = None, 0
+    for epoch, score in enumerate(scores, 1):
+        best, runs = (score, 0) if best is None or score > best else (best, runs + 1)
+        if runs >= patience:
+            return epoch
+    return max_epoch
+
+
+def expected_learning_rates(scores, lr, shrink, patience, threshold=1e-4):
+    """torch's ReduceLROnPlateau in "max" mode: shrink after more than `patience` epochs
+    not beating best * (1 + threshold).  Returns the lr used in each epoch."""
+    rates, best, bad = [lr], -math.inf, 0
+    for score in scores[:-1]:
+        best, bad = (score, 0) if score > best * (1 + threshold) else (best, bad + 1)
+        if bad > patience:
+            lr, bad = lr * shrink, 0
+        rates.append(lr)
+    return rates
+
+
+def test_early_stopping_and_lr_schedule_follow_greedy_accuracy(greedy_run):
+    _, stats = greedy_run
+    accuracies = valid_values(stats, "accuracy")
+    assert len(accuracies) == expected_stop_epoch(accuracies, PATIENCE, MAX_EPOCH) < MAX_EPOCH
+    used = [float(epoch["train_lr"]) for epoch in stats["train"]]
+    assert used == pytest.approx(expected_learning_rates(accuracies, 0.01, 0.5, LR_PATIENCE))
+    assert min(used) < 0.01  # the schedule did act
+
+
+def test_teacher_forced_exact_match_selects_checkpoints_without_decoding(tiny_copy, tmp_path):
+    with logged_stats() as stats:
+        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(tmp_path), "--max-epoch", "3",
+               "--task", "length_generalization", "--criterion", "seq_acc",
+               "--best-checkpoint-metric", "exact_match", "--maximize-best-checkpoint-metric"])
+    scores = valid_values(stats, "exact_match")
+    assert len(scores) == 3 and "valid_accuracy" not in stats["valid"][0]
+    best = torch.load(tmp_path / "checkpoint_best.pt", weights_only=True)
+    assert best["extra_state"]["best"] == max(scores)
+
+
+# ---------------------------------------------------------------- options and the paper's recipe
+
+@pytest.mark.parametrize("argv, message", [
+    (["--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric"], "needs --eval-accuracy"),
+    (["--eval-accuracy", "--best-checkpoint-metric", "accuracy"], "needs --maximize"),
+    (["--best-checkpoint-metric", "exact_match"], "needs --maximize"),
+    (["--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric"], "is minimised"),
+])
+def test_inconsistent_checkpoint_metric_is_refused(tiny_copy, argv, message):
+    cfg = parsed(tiny_copy, ["--task", "length_generalization", "--criterion", "seq_acc", *argv])
+    with pytest.raises(ValueError, match=message):
+        tasks.setup_task(cfg.task)
+
+
+def test_task_never_filters_long_examples_by_default(tiny_copy):
+    cfg = parsed(tiny_copy, ["--task", "length_generalization", "--arch", "lstm"])
+    assert (cfg.task.max_source_positions, cfg.task.max_target_positions) == (100_000, 100_000)
+
+
+def test_paper_recipe_options(tiny_copy):
+    cfg = parsed(tiny_copy, PAPER_RECIPE)
+    assert (cfg.optimizer._name, cfg.optimization.lr, cfg.optimizer.weight_decay) == ("adam", [1e-3], 0)
+    assert (cfg.optimization.clip_norm, cfg.dataset.batch_size, cfg.dataset.required_batch_size_multiple) == (5, 32, 1)
+    assert (cfg.optimization.max_epoch, cfg.checkpoint.patience) == (100, 50)
+    assert not cfg.dataset.skip_invalid_size_inputs_valid_test
+    assert (cfg.task._name, cfg.task.eval_accuracy, cfg.criterion._name) == ("length_generalization", True, "seq_acc")
+    assert (cfg.checkpoint.best_checkpoint_metric, cfg.checkpoint.maximize_best_checkpoint_metric) == ("accuracy", True)
+    assert parsed(tiny_copy, PAPER_RECIPE_TEACHER_FORCED).checkpoint.best_checkpoint_metric == "exact_match"
+
+
+def test_paper_recipe_halves_the_lr_after_four_epochs_without_improvement(tiny_copy):
+    cfg = parsed(tiny_copy, PAPER_RECIPE)
+    optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+    scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
+    rates = [scheduler.step(epoch, accuracy) for epoch, accuracy in enumerate([50, 60, 60, 60, 60, 60, 61], 1)]
+    assert rates == [1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 5e-4, 5e-4]  # 4 epochs at 60 after the best 60
