@@ -1,17 +1,18 @@
 # Everything runs in a local virtual environment (.venv) built from scratch.
 # torch is pinned to the CPU build first, and fairseq-fixed is built without build isolation
-# so that neither pulls a multi-GB CUDA torch.
+# so that neither pulls a multi-GB CUDA torch.  Another torch: make install TORCH="torch==2.5.1".
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
-FAIRSEQ ?= fairseq-fixed==0.12.3.1
+# fairseq 0.12.2 does not build on Python >= 3.11; fairseq-fixed is the same code, patched to build.
+FAIRSEQ ?= $(shell $(PYTHON) -c 'import sys; print("fairseq-fixed==0.12.3.1" if sys.version_info >= (3, 11) else "fairseq==0.12.2")')
+DEMO_EPOCHS ?= 6
 
 .PHONY: install demo test benchmark clean-venv
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)" cython numpy setuptools wheel
 	$(PY) -m pip install --quiet --no-build-isolation "$(FAIRSEQ)"
 	$(PY) -m pip install --quiet -e ".[test,plots]"
@@ -19,8 +20,10 @@ $(VENV)/.installed: setup.py
 
 install: $(VENV)/.installed
 
+# The main job: OneStep attention on ReCopy (train lengths 5-10), scored at lengths 15, 30, 100.
 demo: install
-	$(PY) examples/demo.py
+	$(PY) examples/run_experiment.py recopy --arch gru_onestep --seeds 1 --max-epoch $(DEMO_EPOCHS) --runs runs/demo
+	$(PY) examples/aggregate.py runs/demo
 
 test: install
 	$(PY) -m pytest -q tests

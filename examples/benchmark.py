@@ -75,6 +75,8 @@ def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, repeats=2):
     model = build(arch, d, seed=0)
     g = torch.Generator().manual_seed(0)
     result = {}
+    with torch.no_grad():  # warm-up: the first decoding of a process pays one-time costs
+        SequenceGenerator([model], d, beam_size=1, max_len_b=5).generate([model], batch(d, [["1", "2"]]))
     for length in lengths:
         sample = batch(d, random_digits(g, sentences, length, length))
         generator = SequenceGenerator([model], d, beam_size=1, max_len_a=0, max_len_b=length, min_len=length)
@@ -95,37 +97,41 @@ def main(argv=None):
     parser.add_argument("--interval", type=int, default=50, help="fairseq log interval (updates)")
     parser.add_argument("--data", type=Path, default=REPO / "runs" / "benchmark", help="where Copy data is prepared")
     parser.add_argument("--skip-decoding", action="store_true")
+    parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--decode-sentences", type=int, default=32, help="sentences decoded together")
     args = parser.parse_args(argv)
     archs = args.archs or all_presets()
-    data_bin = ensure_copy_data(args.data)
-
-    print(f"training: {args.updates} updates, batch 32, Copy train split; torch threads: default", flush=True)
-    lstm_runs = []
-    rows = []
-    for arch in archs:
+    lstm_runs, rows = [], []
+    if not args.skip_training:
+        data_bin = ensure_copy_data(args.data)
+        print(f"training: {args.updates} updates, batch 32, Copy train split; torch threads: default", flush=True)
+    for arch in ([] if args.skip_training else archs):
         lstm_runs.append(train_once(data_bin, LSTM_ARGS, args.updates, args.interval))
         wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
         reference = statistics.median(r[0] for r in lstm_runs)
         rows.append((arch, wps, rss))
         print(f"  {arch:<28} {wps:9.0f} wps ({wps / reference:4.2f}x lstm)  peak {rss:6.0f} MiB", flush=True)
-    lstm_wps = statistics.median(r[0] for r in lstm_runs)
-    lstm_rss = max(r[1] for r in lstm_runs)
-
     decoding = {}
     if not args.skip_decoding:
         for arch in archs:
-            decoding[arch] = decode_speed(arch)
+            decoding[arch] = decode_speed(arch, sentences=args.decode_sentences)
 
     print()
-    print("| model | words/s | vs lstm | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |")
+    print(f"| model | words/s | vs lstm | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
+          f"  (decoding {args.decode_sentences} sentences at a time)")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| lstm (fairseq, {len(lstm_runs)} runs) | {lstm_wps:.0f} | 1.00 | {lstm_rss:.0f} | | | | |")
-    for arch, wps, rss in rows:
+    lstm_wps = statistics.median(r[0] for r in lstm_runs) if lstm_runs else None
+    if lstm_runs:
+        print(f"| lstm (fairseq, {len(lstm_runs)} runs) | {lstm_wps:.0f} | 1.00 | {max(r[1] for r in lstm_runs):.0f} | | | | |")
+    trained = {arch: (wps, rss) for arch, wps, rss in rows}
+    for arch in archs:
         cells = ["", "", "", ""]
         if arch in decoding:
             per = decoding[arch]
             cells = [f"{per[15] * 1e3:.3f}", f"{per[100] * 1e3:.3f}", f"{per[500] * 1e3:.3f}", f"{per[500] / per[15]:.2f}"]
-        print(f"| {arch} | {wps:.0f} | {wps / lstm_wps:.2f} | {rss:.0f} | " + " | ".join(cells) + " |")
+        wps, rss = trained.get(arch, (None, None))
+        train_cells = [f"{wps:.0f}", f"{wps / lstm_wps:.2f}", f"{rss:.0f}"] if wps else ["", "", ""]
+        print(f"| {arch} | " + " | ".join(train_cells + cells) + " |")
 
 
 if __name__ == "__main__":

@@ -42,3 +42,12 @@ def write(splits, folder):
     for split, pairs in splits.items():
         (folder / f"{split}.src").write_text("".join(s + "\n" for s, _ in pairs))
         (folder / f"{split}.tgt").write_text("".join(t + "\n" for _, t in pairs))
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python tests/translation_corpus.py OUT_DIR")
+    write(corpus(), Path(sys.argv[1]))
