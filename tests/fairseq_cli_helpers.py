@@ -63,6 +63,17 @@ def run_command(name, *argv, cwd=None):
     return result.stdout + result.stderr
 
 
+def write_copy_dataset(out: Path, sizes, seed: int = 0) -> Path:
+    """A small prepared Copy data set: sizes maps split -> (examples, shortest, longest)."""
+    import random
+
+    from preprocess.writer import write_dataset
+
+    rng = random.Random(seed)
+    write_dataset({split: copy_examples(rng, *size) for split, size in sizes.items()}, out, "copy", seed=seed)
+    return out
+
+
 def copy_examples(rng, count, low, high):
     """`count` Copy examples of `low`..`high` random digits (preprocess.common.Example)."""
     from preprocess.common import Example

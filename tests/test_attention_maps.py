@@ -1,7 +1,6 @@
 """Attention pictures: the library's matrix and labels, the PNG command, and the diagonal
 that a trained OneStep model draws on Copy."""
 import importlib.util
-import random
 
 import numpy as np
 import pytest
@@ -10,9 +9,8 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 from PIL import Image
 
-from fairseq_cli_helpers import REPO, copy_examples, train
+from fairseq_cli_helpers import REPO, train, write_copy_dataset
 from fairseq_monoattn.attention_maps import AttentionMapError, attention_map, load_checkpoint
-from preprocess.writer import write_dataset
 
 HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
 TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--seed", "1",
@@ -32,12 +30,8 @@ plot_attention = load_cli()
 
 @pytest.fixture(scope="module")
 def copy_data(tmp_path_factory):
-    rng = random.Random(0)
-    splits = {"train": copy_examples(rng, 512, 3, 8), "valid": copy_examples(rng, 16, 5, 8),
-              "test": copy_examples(rng, 16, 5, 8)}
-    out = tmp_path_factory.mktemp("attention") / "copy"
-    write_dataset(splits, out, "copy", seed=0)
-    return out / "bin"
+    sizes = {"train": (512, 3, 8), "valid": (16, 5, 8), "test": (16, 5, 8)}
+    return write_copy_dataset(tmp_path_factory.mktemp("attention") / "copy", sizes) / "bin"
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,11 @@
 """Scoring, the experiment runner and the aggregated tables."""
 import json
-import random
 import sys
 
 import pytest
 
-from fairseq_cli_helpers import REPO, copy_examples
+from fairseq_cli_helpers import REPO, write_copy_dataset
 from fairseq_monoattn.evaluation import Tally, edit_distance, is_exact_match
-from preprocess.writer import write_dataset
 
 sys.path.insert(0, str(REPO / "examples"))
 import aggregate  # noqa: E402
@@ -38,11 +36,9 @@ def test_tally_on_hand_made_hypotheses():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A runs folder whose copy data is a tiny prepared set (13 test examples: not a multiple of 8)."""
-    rng = random.Random(0)
     root = tmp_path_factory.mktemp("runs")
-    splits = {"train": copy_examples(rng, 96, 3, 5), "valid": copy_examples(rng, 13, 5, 6),
-              "test9": copy_examples(rng, 13, 9, 9), "test_iid": copy_examples(rng, 5, 3, 5)}
-    write_dataset(splits, root / "copy" / "data", "copy", seed=1)
+    sizes = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid": (5, 3, 5)}
+    write_copy_dataset(root / "copy" / "data", sizes, seed=1)
     return root
 
 

@@ -1,22 +1,16 @@
 """Every architecture trains and decodes through fairseq's command line."""
-import random
 
 import pytest
 import torch
 
-from fairseq_cli_helpers import USER_DIR, copy_examples, generate, hypotheses, run_command, train
+from fairseq_cli_helpers import USER_DIR, generate, hypotheses, run_command, train, write_copy_dataset
 from model_helpers import ALL_ARCHS
-from preprocess.writer import write_dataset
 
 
 @pytest.fixture(scope="module")
 def tiny_copy(tmp_path_factory):
-    rng = random.Random(0)
-    splits = {"train": copy_examples(rng, 64, 3, 6), "valid": copy_examples(rng, 11, 6, 8),
-              "test": copy_examples(rng, 13, 9, 12)}
-    out = tmp_path_factory.mktemp("tiny") / "copy"
-    write_dataset(splits, out, "copy", seed=0)
-    return out
+    sizes = {"train": (64, 3, 6), "valid": (11, 6, 8), "test": (13, 9, 12)}
+    return write_copy_dataset(tmp_path_factory.mktemp("tiny") / "copy", sizes)
 
 
 COMMON = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "16",
