@@ -4,7 +4,8 @@
 
 Probing tasks: accuracy and mean edit distance per model and length split, the median over
 seeds (as in the paper's tables).  SCAN and CFQ: mean +- standard deviation over seeds.
-Reads RUNS/TASK/ARCH/seedN/scores.json as written by run_experiment.py.
+Reads RUNS/TASK/ARCH/seedN/scores.json as written by run_experiment.py.  With --paper, each
+accuracy cell also shows the paper's value in brackets where the paper reports one.
 """
 import argparse
 import json
@@ -12,6 +13,8 @@ import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
+
+from paper_results import paper_cell
 
 MEAN_STD_TASKS = {"scan", "cfq"}
 
@@ -44,27 +47,31 @@ def cell(values, mean_std: bool) -> str:
     return f"{statistics.median(values):.1f}"
 
 
-def task_table(task, archs, seeds, metric, title) -> str:
+def task_table(task, archs, seeds, metric, title, paper=False) -> str:
     splits = sorted({s for arch in archs.values() for s in arch}, key=split_order)
     mean_std = task in MEAN_STD_TASKS
     summary = "mean ± std" if mean_std else "median"
-    lines = [f"### {task}: {title} ({summary} over seeds)", "",
+    note = "; paper in brackets" if paper and metric == "accuracy" else ""
+    lines = [f"### {task}: {title} ({summary} over seeds{note})", "",
              "| model | seeds | " + " | ".join(splits) + " |",
              "| --- | --- | " + " | ".join("---:" for _ in splits) + " |"]
     for arch in sorted(archs):
         cells = [cell(archs[arch][s][metric], mean_std) for s in splits]
+        if paper and metric == "accuracy":
+            cells = [f"{c} ({paper_cell(task, arch, s)})" if paper_cell(task, arch, s) else c
+                     for c, s in zip(cells, splits)]
         seed_list = ",".join(str(s) for s in sorted(seeds[task, arch]))
         lines.append(f"| {arch} | {seed_list} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def render(runs: Path) -> str:
+def render(runs: Path, paper: bool = False) -> str:
     scores, seeds = collect(runs)
     if not scores:
         raise SystemExit(f"error: no RUNS/TASK/ARCH/seedN/scores.json under {runs}")
     parts = []
     for task in sorted(scores):
-        parts.append(task_table(task, scores[task], seeds, "accuracy", "sequence accuracy %"))
+        parts.append(task_table(task, scores[task], seeds, "accuracy", "sequence accuracy %", paper))
         parts.append(task_table(task, scores[task], seeds, "mean_edit_distance", "mean edit distance"))
     return "\n\n".join(parts) + "\n"
 
@@ -74,8 +81,9 @@ def main(argv=None):
     parser.add_argument("runs", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="write the Markdown here (refuses to overwrite)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
+    parser.add_argument("--paper", action="store_true", help="show the paper's accuracy in brackets")
     args = parser.parse_args(argv)
-    text = render(args.runs)
+    text = render(args.runs, args.paper)
     if args.out is None:
         print(text, end="")
         return

@@ -99,3 +99,6 @@ def test_aggregate_medians_and_mean_std(tmp_path):
     assert "| gru_onestep | 1,2,3 | 99.0 | 90.0 |" in text  # medians; test15 before test100
     assert "| gru_content | 1,2 | 15.00 ± 7.07 |" in text  # mean ± sample std
     assert "### recopy: mean edit distance (median over seeds)" in text
+    with_paper = aggregate.render(tmp_path, paper=True)
+    assert "| gru_onestep | 1,2,3 | 99.0 (100) | 90.0 (100) |" in with_paper  # Table 1 of the paper
+    assert "| gru_content | 1,2 | 15.00 ± 7.07 (17.61 ± 4.07) |" in with_paper  # Table 2
