@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 # both scored at lengths 15, 30 and 100.
 demo: install
 	$(PY) examples/run_experiment.py recopy --arch gru_onestep gru_relative --seeds 1 --max-epoch $(DEMO_EPOCHS) --runs runs/demo
-	$(PY) examples/aggregate.py runs/demo
+	$(PY) examples/aggregate.py runs/demo --paper
 
 test: install
 	$(PY) -m pytest -q tests
