@@ -49,18 +49,17 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
 
     from tqdm import tqdm
 
-    from fairseq_monoattn.evaluation import load_checkpoint, score_split
+    from fairseq_monoattn.evaluation import CheckpointError, load_checkpoint, score_split
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # data-loading chatter per split
 
     checkpoint, data, out = Path(checkpoint), Path(data), Path(out)
     if out.exists() and not force:
         raise SystemExit(f"error: {out} exists; pass --force to replace it")
-    if not checkpoint.is_file():
-        raise SystemExit(f"error: no checkpoint at {checkpoint}")
-    if not (data / "dict.src.txt").is_file():
-        raise SystemExit(f"error: {data} is not a binarized data folder (no dict.src.txt)")
-    models, task = load_checkpoint(checkpoint, data)
+    try:
+        models, task, _cfg = load_checkpoint(checkpoint, data)
+    except CheckpointError as error:
+        raise SystemExit(f"error: {error}") from None
     results = {}
     for split in splits:
         start = time.time()

@@ -25,8 +25,8 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from fairseq import checkpoint_utils
 
+from . import evaluation
 from .evaluation import greedy_generator, greedy_hypotheses  # importing this package registered the models
 from .models.gru_seq2seq import encoder_rows
 
@@ -71,18 +71,11 @@ class AttentionMap:
 
 def load_checkpoint(checkpoint, data) -> LoadedModel:
     """A checkpoint through fairseq's own loader, with its task reading dictionaries from ``data``."""
-    checkpoint, data = Path(checkpoint), Path(data)
-    if not checkpoint.is_file():
-        raise AttentionMapError(f"checkpoint not found: {checkpoint}")
-    if not data.is_dir():
-        raise AttentionMapError(f"data folder not found: {data} (pass the binarized folder, e.g. DIR/bin)")
-    if not any(data.glob("dict.*.txt")):
-        raise AttentionMapError(f"no fairseq dictionaries (dict.*.txt) in {data}")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data)}
-    )
-    model = models[0].eval()
-    return LoadedModel(model, task, architecture_name(cfg), checkpoint)
+    try:
+        models, task, cfg = evaluation.load_checkpoint(checkpoint, data)
+    except evaluation.CheckpointError as error:
+        raise AttentionMapError(str(error)) from None
+    return LoadedModel(models[0], task, architecture_name(cfg), Path(checkpoint))
 
 
 def architecture_name(cfg) -> str:

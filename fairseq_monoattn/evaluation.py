@@ -5,6 +5,7 @@ truncation).  Edit distance: NLTK's Levenshtein distance between output and targ
 (EOS excluded), as in the paper's appendix.
 """
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Dict, List, Sequence
 
 import torch
@@ -79,18 +80,30 @@ def summed_ratio(meters, numerator: str, denominator: str, scale: float = 1.0) -
 
 # --- scoring a whole split of a trained checkpoint ------------------------------------
 
+class CheckpointError(ValueError):
+    """A missing checkpoint or data folder, worded for the command line."""
+
+
 def load_checkpoint(checkpoint, data_bin):
-    """(models, task) from a checkpoint, reading data from ``data_bin`` (fairseq's own loader)."""
+    """(models in eval mode, task, cfg) from a checkpoint through fairseq's own loader, the
+    task reading its dictionaries and splits from ``data_bin``."""
     from fairseq import checkpoint_utils
 
     import fairseq_monoattn  # noqa: F401  (registers the plugin before the checkpoint is read)
 
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+    checkpoint, data_bin = Path(checkpoint), Path(data_bin)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"checkpoint not found: {checkpoint}")
+    if not data_bin.is_dir():
+        raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
+    if not any(data_bin.glob("dict.*.txt")):
+        raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(data_bin)}
     )
     for model in models:
         model.eval()
-    return models, task
+    return models, task, cfg
 
 
 def longest_target(dataset) -> int:
