@@ -1,8 +1,10 @@
 """Query-key scores of the content family; each returns pre-softmax scores c_t (B, S).
 
 All three share one interface:
-    prepare(keys)                  -> dict of per-sequence tensors (batch-first), cached while decoding
-    forward(query, prepared, step) -> (B, S) scores for decoder step ``step`` (1-based)
+    prepare(keys)                -> dict of per-sequence tensors (batch-first), cached while decoding
+                                    with the rest of the cross-attention's memory
+    forward(query, memory, step) -> (B, S) scores for decoder step ``step`` (1-based), reading
+                                    the tensors prepare() put into ``memory``
 The 1/sqrt(d) scale is folded into the prepared keys (once per sequence, not once per step).
 Key position i is the 0-based index in the wrapped source, so the first real token (after
 START) is at i = 1 and the first decoder step t = 1 sees it at distance i - t = 0.
@@ -25,8 +27,8 @@ class ContentScores(nn.Module):
     def prepare(self, keys):
         return {"keys": keys * self.scale}
 
-    def forward(self, query, prepared, step: int):
-        return torch.bmm(prepared["keys"], query.unsqueeze(-1)).squeeze(-1)
+    def forward(self, query, memory, step: int):
+        return torch.bmm(memory["keys"], query.unsqueeze(-1)).squeeze(-1)
 
 
 class RelativeScores(nn.Module):
@@ -47,9 +49,9 @@ class RelativeScores(nn.Module):
         # <u, k_i> does not depend on the step: compute it once per sequence.
         return {"keys": keys, "key_bias": keys @ self.content_bias}
 
-    def forward(self, query, prepared, step: int):
-        keys = prepared["keys"]
-        content = torch.bmm(keys, query.unsqueeze(-1)).squeeze(-1) + prepared["key_bias"]
+    def forward(self, query, memory, step: int):
+        keys = memory["keys"]
+        content = torch.bmm(keys, query.unsqueeze(-1)).squeeze(-1) + memory["key_bias"]
         with torch.no_grad():  # fixed sinusoids of the distances i - t (scaled), no gradient
             distances = torch.arange(keys.size(1), device=keys.device) - step
             embeddings = sinusoid(distances, self.dim) * self.scale
@@ -69,9 +71,9 @@ class RotaryScores(nn.Module):
         positions = torch.arange(keys.size(1), device=keys.device)
         return {"keys": rotate_pairs(keys, positions.unsqueeze(0)) * self.scale}
 
-    def forward(self, query, prepared, step: int):
+    def forward(self, query, memory, step: int):
         rotated = rotate_pairs(query, torch.tensor(float(step), device=query.device))
-        return torch.bmm(prepared["keys"], rotated.unsqueeze(-1)).squeeze(-1)
+        return torch.bmm(memory["keys"], rotated.unsqueeze(-1)).squeeze(-1)
 
 
 SCORERS = {"content": ContentScores, "relative": RelativeScores, "rotary": RotaryScores}

@@ -86,8 +86,7 @@ class CrossAttention(nn.Module):
         if self.location is not None:
             memory.update(self.location.prepare(lengths, width))
         if self.scorer is not None:
-            prepared = self.scorer.prepare(self.keys(encodings))
-            memory.update({"scorer_" + k: v for k, v in prepared.items()})
+            memory.update(self.scorer.prepare(self.keys(encodings)))  # "keys" (and "key_bias")
         return memory
 
     def initial_position(self, memory) -> torch.Tensor:
@@ -100,8 +99,7 @@ class CrossAttention(nn.Module):
         query, heads, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)
         content = location = None
         if self.scorer is not None:
-            prepared = {k[len("scorer_"):]: v for k, v in memory.items() if k.startswith("scorer_")}
-            content = self.scorer(query, prepared, step).masked_fill(mask, float("-inf")).softmax(dim=-1)
+            content = self.scorer(query, memory, step).masked_fill(mask, float("-inf")).softmax(dim=-1)
         if self.location is not None:
             location, _ = self.location(heads, previous_position, memory, mask, step)
         if content is None:
