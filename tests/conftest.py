@@ -1,18 +1,13 @@
-"""Shared test setup: the repo root on sys.path, and each prepared data set made once."""
-import sys
+"""Shared test setup: each prepared data set made once."""
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
 
 @dataclass
 class Prepared:
-    """An output folder written by preprocess.prepare.prepare, and its manifest."""
+    """An output folder written by fairseq_monoattn.data.prepare.prepare, and its manifest."""
     out: Path
     manifest: dict
 
@@ -28,7 +23,7 @@ class Prepared:
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     """prepared(task, seed=1, data_dir=None) -> Prepared; each combination prepared once."""
-    from preprocess.prepare import prepare
+    from fairseq_monoattn.data.prepare import prepare
 
     cache = {}
 

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.cfq import (build_cfq, iter_json_array, preprocess_question, preprocess_sparql,
+from fairseq_monoattn.data.cfq import (build_cfq, iter_json_array, preprocess_question, preprocess_sparql,
                             read_pairs)
-from preprocess.common import DataError
+from fairseq_monoattn.data.common import DataError
 
-SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cfq" / "example_data"
-needs_sample = pytest.mark.skipif(not (SAMPLE / "dataset.json").is_file(),
-                                  reason="shared CFQ sample not found")
+SAMPLE = Path(__file__).resolve().parent / "fixtures" / "cfq"  # the official 10-example sample
 
 # Written out by hand from the rules (punctuation split off in questions; in SPARQL
 # count ( * ), leading ns: dropped, leading m. -> m_, one line).
@@ -42,7 +40,6 @@ def test_question_and_sparql_rules():
         "SELECT count ( * ) WHERE { ?x0 a.b/ns:c.d M0 }"
 
 
-@needs_sample
 def test_sample_conversion_and_split_sizes():
     splits = build_cfq(0, SAMPLE)
     assert list(splits) == ["train", "valid", "test"]
@@ -86,7 +83,6 @@ def fake_release(path: Path, split_first: bool) -> Path:
     return path
 
 
-@needs_sample
 @pytest.mark.parametrize("split_first", [True, False])
 def test_tar_and_unpacked_folder_give_identical_splits(tmp_path, split_first):
     archive = fake_release(tmp_path / "cfq1.1.tar.gz", split_first)
@@ -185,7 +181,6 @@ def test_malformed_split_file(tmp_path):
 
 # --- streaming ------------------------------------------------------------------------------
 
-@needs_sample
 @pytest.mark.parametrize("chunk_size", [1, 3, 7, 64, 100_000])
 def test_records_split_across_chunks(chunk_size):
     data = (SAMPLE / "dataset.json").read_bytes()
@@ -233,7 +228,7 @@ def test_build_from_a_large_folder_keeps_only_the_splits(tmp_path, monkeypatch):
     (tmp_path / "dataset.json").write_bytes(data)
     (tmp_path / "split.json").write_text(json.dumps(
         {"trainIdxs": [5, 3], "devIdxs": [2999], "testIdxs": [0]}))
-    monkeypatch.setattr("preprocess.cfq.CHUNK_SIZE", 1 << 16)
+    monkeypatch.setattr("fairseq_monoattn.data.cfq.CHUNK_SIZE", 1 << 16)
     tracemalloc.start()
     try:
         splits = build_cfq(0, tmp_path)

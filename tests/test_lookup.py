@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.common import DataError
-from preprocess.lookup import (DEFAULT_DATA_DIRS, GeneratorConfig, build_lookup,
+from fairseq_monoattn.data.common import DataError
+from fairseq_monoattn.data.lookup import (DEFAULT_DATA_DIRS, GeneratorConfig, build_lookup,
                                build_reverse_lookup, generate, parse_source, read_tsv)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,8 +17,17 @@ EXPECTED_SIZES = {"train": 9081, "valid": 975, "test_iid": 2492,
                   "test7": 4500, "test9": 5000, "test11": 5000}
 EXPECTED_LENGTHS = {"test_iid": {6}, "test7": {7}, "test9": {9}, "test11": {11}}
 
-needs_shipped = pytest.mark.skipif(not all(p.is_dir() for p in SHIPPED.values()),
-                                   reason="shared lookup data not found")
+
+
+def test_the_shipped_files_are_the_ones_listed_in_their_checksums():
+    """The package ships the paper's Lookup files (see their PROVENANCE.md), byte for byte."""
+    import hashlib
+
+    for folder in SHIPPED.values():
+        sums = dict(line.split()[::-1] for line in (folder / "SHA256SUMS").read_text().splitlines())
+        assert sorted(sums) == sorted(p.name for p in (folder / "data").glob("*.tsv"))
+        for name, digest in sums.items():
+            assert hashlib.sha256((folder / "data" / name).read_bytes()).hexdigest() == digest, name
 
 
 def tables_from_single_rows(examples, reverse):
@@ -58,7 +67,6 @@ def shipped_splits():
     return {task: BUILDERS[task](7, None) for task in SHIPPED}
 
 
-@needs_shipped
 @pytest.mark.parametrize("task", sorted(SHIPPED))
 def test_split_sizes_and_lengths(shipped_splits, task):
     splits = shipped_splits[task]
@@ -70,7 +78,6 @@ def test_split_sizes_and_lengths(shipped_splits, task):
     assert all(ex.length == len(ex.source.split()) for ex in splits["valid"])
 
 
-@needs_shipped
 @pytest.mark.parametrize("task", sorted(SHIPPED))
 def test_every_row_follows_the_composition_rule(shipped_splits, task):
     reverse = task == "reverse_lookup"
@@ -85,7 +92,6 @@ def test_every_row_follows_the_composition_rule(shipped_splits, task):
     assert checked == sum(EXPECTED_SIZES.values())
 
 
-@needs_shipped
 def test_reverse_is_forward_mirrored_with_the_same_tables(shipped_splits):
     forward, reverse = shipped_splits["lookup"], shipped_splits["reverse_lookup"]
     assert tables_from_single_rows(forward["train"], False) == \
@@ -97,7 +103,6 @@ def test_reverse_is_forward_mirrored_with_the_same_tables(shipped_splits):
             assert r.target == f.target
 
 
-@needs_shipped
 def test_valid_takes_500_seeded_rows_of_longer_seen_1():
     folder = SHIPPED["lookup"] / "data"
     longer = [source for source, _ in read_tsv(folder / "longer_seen_1.tsv", False)]
@@ -114,7 +119,6 @@ def test_valid_takes_500_seeded_rows_of_longer_seen_1():
     assert [ex.source for ex in other["valid"][475:]] != moved
 
 
-@needs_shipped
 def test_each_task_gets_its_own_default_folder():
     # no --data-dir: each task reads its own folder
     default = build_reverse_lookup(1, None)
@@ -125,7 +129,6 @@ def test_each_task_gets_its_own_default_folder():
         build_reverse_lookup(1, Path(str(DEFAULT_DATA_DIRS["lookup"])))
 
 
-@needs_shipped
 def test_data_dir_may_be_the_data_subfolder():
     direct = build_lookup(1, SHIPPED["lookup"] / "data")
     assert direct == build_lookup(1, SHIPPED["lookup"])
@@ -273,7 +276,7 @@ def test_generator_refuses_a_non_empty_folder(tmp_path):
 
 def test_generator_command_line(tmp_path):
     out = tmp_path / "llt"
-    command = [sys.executable, "-m", "preprocess.lookup", "generate", "--out", str(out),
+    command = [str(Path(sys.executable).parent / "fairseq-monoattn-lookup-tables"), "generate", "--out", str(out),
                "--seed", "9", "--reverse", "--bound", "800"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

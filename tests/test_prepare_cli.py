@@ -1,5 +1,6 @@
-"""The command line: runs as a script from any folder and as `python -m`, exit code 2 with
-a one-line message (no traceback) for bad input, --out protected unless --force."""
+"""The command line: runs as a script from any folder and as the installed
+`fairseq-monoattn-prepare`, exit code 2 with a one-line message (no traceback) for bad input,
+--out protected unless --force."""
 import json
 import shutil
 import subprocess
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.common import DataError
-from preprocess.prepare import prepare
-from preprocess.tasks import TASKS
+from fairseq_monoattn.data.common import DataError
+from fairseq_monoattn.data.prepare import prepare
+from fairseq_monoattn.data.scan import DEFAULT_DATA_DIR as SCAN_FILES
+from fairseq_monoattn.data.tasks import TASKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "preprocess" / "prepare.py"
@@ -19,8 +21,11 @@ ALL_TASKS = ["copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
              "scan", "cfq"]
 
 
-def run(args, cwd):
-    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True,
+INSTALLED = Path(sys.executable).parent / "fairseq-monoattn-prepare"
+
+
+def run(args, cwd, program=(sys.executable,)):
+    return subprocess.run([*map(str, program), *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -49,10 +54,10 @@ def test_unknown_task_lists_the_valid_ones(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_module_form_refuses_existing_out_and_leaves_it(tmp_path):
+def test_installed_command_refuses_existing_out_and_leaves_it(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("precious")
-    result = run(["-m", "preprocess.prepare", "copy", "--out", tmp_path / "out"], cwd=REPO_ROOT)
+    result = run(["copy", "--out", tmp_path / "out"], cwd=tmp_path, program=[INSTALLED])
     assert result.returncode == 2
     assert "--force" in result.stderr and "Traceback" not in result.stderr
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
@@ -61,7 +66,7 @@ def test_module_form_refuses_existing_out_and_leaves_it(tmp_path):
 
 def test_malformed_scan_line_reported_with_file_and_line(tmp_path):
     data_dir = tmp_path / "scan"
-    shutil.copytree(REPO_ROOT / "preprocess" / "data" / "scan" / "machine-tasks", data_dir)
+    shutil.copytree(SCAN_FILES / "machine-tasks", data_dir)
     bad_file = data_dir / "tasks_train_length.txt"
     lines = bad_file.read_text().split("\n")
     lines[99] = "jump twice"

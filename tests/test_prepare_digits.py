@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from preprocess import digits
+from fairseq_monoattn.data import digits
 
 DIGIT_TASKS = ["copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
                "inv_reverse_recopy", "dedupe", "posretrieve"]
@@ -22,6 +22,10 @@ EXPECTED_SPLITS = {  # split: (size, min length, max length), REFERENCE.md "Data
     "test30": (2_000, 30, 30),
     "test100": (2_000, 100, 100),
     "test_iid": (2_000, 5, 10),
+    "test10": (500, 10, 10),
+    "test20": (500, 20, 20),
+    "test50": (500, 50, 50),
+    "test200": (500, 200, 200),
 }
 DIGIT_TOKENS = set("0123456789")
 
@@ -161,7 +165,7 @@ def all_files(folder: Path):
 
 
 def test_same_seed_gives_identical_bytes_and_another_seed_changes_raw(prepared, tmp_path):
-    from preprocess.prepare import prepare
+    from fairseq_monoattn.data.prepare import prepare
 
     first = all_files(prepared("dedupe").out)
     prepare("dedupe", tmp_path / "again", seed=1)
@@ -176,7 +180,7 @@ def test_same_seed_gives_identical_bytes_and_another_seed_changes_raw(prepared, 
 
 def test_generation_does_not_depend_on_the_interpreter_run():
     """String seeding is stable: another process with another hash seed draws the same data."""
-    code = ("import hashlib; from preprocess.digits import build_recopy; s = build_recopy(7, None); "
+    code = ("import hashlib; from fairseq_monoattn.data.digits import build_recopy; s = build_recopy(7, None); "
             "print(hashlib.sha256(repr(s).encode()).hexdigest())")
     env = dict(os.environ, PYTHONHASHSEED="12345")
     repo_root = Path(__file__).resolve().parents[1]

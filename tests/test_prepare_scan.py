@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from preprocess.common import DataError
-from preprocess.scan import (DEFAULT_DATA_DIR, build_scan, read_tab_file,
+from fairseq_monoattn.data.common import DataError
+from fairseq_monoattn.data.scan import (DEFAULT_DATA_DIR, build_scan, read_tab_file,
                              read_upstream_file)
 
 UPSTREAM_TRAIN = DEFAULT_DATA_DIR / "tasks_train_length.txt"

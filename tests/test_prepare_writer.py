@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from preprocess import writer
-from preprocess.common import DataError, Example
-from preprocess.writer import write_dataset
+from fairseq_monoattn.data import writer
+from fairseq_monoattn.data.common import DataError, Example
+from fairseq_monoattn.data.writer import write_dataset
 
 
 def tiny_splits():

@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
-from preprocess.common import DataError, Example, Splits
+from .common import DataError, Example, Splits
 
 
 RELEASE_NAME = "cfq1.1.tar.gz"

@@ -11,7 +11,7 @@ Data comes in the machine-tasks TSV format (one example a line: input TAB target
 * reads such a folder and makes the paper's splits (``build_lookup``,
   ``build_reverse_lookup``), and
 * generates new, seeded data in the same format
-  (``python -m preprocess.lookup generate --out DIR``).
+  (``fairseq-monoattn-lookup-tables generate --out DIR``).
 """
 import argparse
 import itertools
@@ -22,16 +22,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-if __package__ in (None, ""):  # run as a script: make `preprocess` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from .common import DataError, Example, Splits
 
-from preprocess.common import DataError, Example, Splits
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-_SHARED_LOOKUP = REPO_ROOT.parent / "shared" / "data" / "lookup"
+SHIPPED_LOOKUP = Path(__file__).resolve().parent / "files" / "lookup"  # see its PROVENANCE.md
 DEFAULT_DATA_DIRS: Dict[str, Path] = {
-    "lookup": _SHARED_LOOKUP / "LongLookupTables",
-    "reverse_lookup": _SHARED_LOOKUP / "LongLookupTablesReverse",
+    "lookup": SHIPPED_LOOKUP / "LongLookupTables",
+    "reverse_lookup": SHIPPED_LOOKUP / "LongLookupTablesReverse",
 }
 
 END_TOKEN = "."
@@ -142,7 +138,7 @@ def find_data_folder(data_dir: Optional[Path], task: str) -> Path:
         if not data_dir.is_dir():
             raise DataError(f"no {task} data at the default place {data_dir}; pass --data-dir "
                             "with a machine-tasks LongLookupTables folder (or its data/ folder), "
-                            "or make one with `python -m preprocess.lookup generate --out DIR`")
+                            "or make one with `fairseq-monoattn-lookup-tables generate --out DIR`")
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError("--data-dir does not exist or is not a folder", data_dir)
@@ -343,7 +339,7 @@ def write_text(path: Path, text: str) -> None:
 
 
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m preprocess.lookup",
+    parser = argparse.ArgumentParser(prog="fairseq-monoattn-lookup-tables",
                                      description="Lookup-table data in the machine-tasks format.")
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="write a new seeded LongLookupTables folder")

@@ -7,20 +7,20 @@ reads its task's own default data, or says what it needs.
 import importlib
 from dataclasses import dataclass
 
-from preprocess.common import DataError, TaskBuilder
+from .common import DataError, TaskBuilder
 
 DEFAULT_SEED = 1  # the same for every task
 
 
 @dataclass(frozen=True)
 class Task:
-    module: str  # module inside the preprocess package
+    module: str  # module inside this package
     builder: str  # name of the build(seed, data_dir) function in that module
     description: str
 
     def load(self) -> TaskBuilder:
         """The build(seed, data_dir) function of this task."""
-        module_name = f"preprocess.{self.module}"
+        module_name = f"{__package__}.{self.module}"
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:

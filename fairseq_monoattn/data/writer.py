@@ -9,7 +9,9 @@ Layout of an output folder (source language `src`, target language `tgt`):
 
 Dictionaries hold the train tokens (count descending, then token), followed by tokens that
 occur only in other splits (same order, counted there), so no evaluation token is ever
-<unk>; the latter are listed in the manifest.  Everything is written to a temporary
+<unk>; the latter are listed in the manifest.  With a joined dictionary (as
+fairseq-preprocess --joined-dictionary) source and target share one dictionary built from
+both sides, which a model sharing one embedding matrix across them needs.  Everything is written to a temporary
 sibling folder that is renamed into place only when complete; an existing non-empty
 output folder is replaced only with `force`, and only after the new data is complete.
 """
@@ -23,9 +25,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
-from preprocess.common import DataError, Example, Splits
+from .common import DataError, Example, Splits
 
-DATA_FORMAT_VERSION = 1
+DATA_FORMAT_VERSION = 2  # 2: joined dictionaries possible; digit tasks have test10/20/50/200
 LANGUAGES = ("src", "tgt")
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
@@ -129,16 +131,19 @@ def split_statistics(examples: List[Example], sides: Dict[str, List[str]]) -> di
     }
 
 
-def write_contents(splits: Splits, folder: Path, task: str, seed: int) -> dict:
+def write_contents(splits: Splits, folder: Path, task: str, seed: int, joined_dictionary: bool = False) -> dict:
     """Write raw/, bin/ and manifest.json into `folder`; return the manifest."""
     lines = split_lines(splits)
     (folder / "raw").mkdir()
     (folder / "bin").mkdir()
     manifest: dict = {"task": task, "seed": seed, "data_format_version": DATA_FORMAT_VERSION,
-                      "splits": {}, "raw_sha256": {}, "dictionaries": {}}
+                      "joined_dictionary": joined_dictionary, "splits": {}, "raw_sha256": {}, "dictionaries": {}}
+    if joined_dictionary:
+        both_sides = {split: sides["src"] + sides["tgt"] for split, sides in lines.items()}
+        joined = dictionary_entries(both_sides)
     for lang in LANGUAGES:
         by_split = {split: sides[lang] for split, sides in lines.items()}
-        entries, not_in_train = dictionary_entries(by_split)
+        entries, not_in_train = joined if joined_dictionary else dictionary_entries(by_split)
         dictionary = make_dictionary(entries)
         dictionary.save(str(folder / "bin" / f"dict.{lang}.txt"))
         manifest["dictionaries"][lang] = {"size": len(dictionary), "not_in_train": not_in_train}
@@ -178,7 +183,8 @@ def move_into_place(staging: Path, out: Path, force: bool) -> None:
     shutil.rmtree(old)
 
 
-def write_dataset(splits: Splits, out: Path, task: str, seed: int, force: bool = False) -> dict:
+def write_dataset(splits: Splits, out: Path, task: str, seed: int, force: bool = False,
+                  joined_dictionary: bool = False) -> dict:
     """Write one task's splits to `out` atomically; return the manifest."""
     out = Path(out).absolute()
     check_out_folder(out, force)
@@ -186,7 +192,7 @@ def write_dataset(splits: Splits, out: Path, task: str, seed: int, force: bool =
     staging = sibling(out, "new")
     staging.mkdir()
     try:
-        manifest = write_contents(splits, staging, task, seed)
+        manifest = write_contents(splits, staging, task, seed, joined_dictionary)
         move_into_place(staging, out, force)
     finally:
         if staging.exists():

@@ -4,8 +4,9 @@ Each task is a *rule* turning a drawn digit sequence into (source tokens, target
 plus a *draw* function saying how a sequence of a given "length" is sampled.  One seeded
 split generator serves all of them.
 
-Splits (REFERENCE.md, "Data"): train 10,000 examples of length 5..10, valid 2,000 of
-10..15, test15 / test30 / test100 2,000 of exactly that length, test_iid 2,000 of 5..10.
+Splits (the paper's): train 10,000 examples of length 5..10, valid 2,000 of 10..15,
+test15 / test30 / test100 2,000 of exactly that length, test_iid 2,000 of 5..10; and, for
+the accuracy-against-length curves, test10 / test20 / test50 / test200 of 500 each.
 Lengths are drawn uniformly per example, tokens uniformly from 0..9.  No source occurs
 twice in a split, and no evaluation split shares a source with train.
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
 
-from preprocess.common import DataError, Example, Splits, TaskBuilder
+from .common import DataError, Example, Splits, TaskBuilder
 
 
 DIGITS = tuple(str(d) for d in range(10))
@@ -43,6 +44,12 @@ SPLIT_PLANS = (
     SplitPlan("test30", 2_000, 30, 30),
     SplitPlan("test100", 2_000, 100, 100),
     SplitPlan("test_iid", 2_000, 5, 10),
+    # more points of the accuracy-against-length curve (not in the paper; smaller, each split
+    # drawn from its own generator, so the paper's splits above are unchanged by them)
+    SplitPlan("test10", 500, 10, 10),
+    SplitPlan("test20", 500, 20, 20),
+    SplitPlan("test50", 500, 50, 50),
+    SplitPlan("test200", 500, 200, 200),
 )
 
 

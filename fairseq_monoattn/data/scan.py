@@ -11,7 +11,7 @@ Two input layouts are accepted in the data folder:
   `tasks_test_length.txt`: valid is then a seeded i.i.d. sample of 3,920 upstream train
   lines (kept in file order), train the remaining lines, test the upstream test file.
 
-The shipped copy (`preprocess/data/scan/`, BSD licence) holds both layouts.
+The shipped copy (`fairseq_monoattn/data/files/scan/`, BSD licence) holds both layouts.
 "Length" is the number of command tokens.
 """
 import random
@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from preprocess.common import DataError, Example, Splits
+from .common import DataError, Example, Splits
 
-DEFAULT_DATA_DIR: Optional[Path] = Path(__file__).resolve().parent / "data" / "scan"
+DEFAULT_DATA_DIR: Optional[Path] = Path(__file__).resolve().parent / "files" / "scan"
 
 TRAIN_FILE = "tasks_train_length.txt"
 VALID_FILE = "tasks_validation_length.txt"
