@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from fairseq_monoattn.models.gru_seq2seq import GRUSeq2SeqConfig
 from fairseq_monoattn.modules import (
     ContentScores, CrossAttention, DirectionGate, LocationAttention, RelativeScores, RotaryScores,
     leaky_clamp, softstair,
@@ -54,7 +55,7 @@ def test_sinusoid_and_rotation_are_relative():
 
 
 def test_direction_gate_reverses_exactly_the_real_positions():
-    gate = DirectionGate(4)
+    gate = DirectionGate(4, temperature=5.0)
     lengths = torch.tensor([3, 5])
     e = torch.arange(2 * 5 * 2, dtype=torch.float).view(2, 5, 2)
     e[0, 3:] = 0  # padding rows
@@ -75,8 +76,9 @@ def test_direction_gate_reverses_exactly_the_real_positions():
     assert torch.allclose(half[1], (e[1] + e[1].flip(0)) / 2)
 
 
-def _location(reference="previous", step_activation="sigmoid", clamp=False):
-    return LocationAttention(reference=reference, step_activation=step_activation, clamp_center=clamp)
+def _location(reference="previous", step_activation="sigmoid", clamp=False, **options):
+    return LocationAttention(GRUSeq2SeqConfig(reference=reference, step_activation=step_activation,
+                                              clamp_center=clamp, **options))
 
 
 def _heads(*columns):
@@ -132,11 +134,15 @@ def test_location_references_and_steps():
 
 def test_invalid_choices_name_the_option():
     with pytest.raises(ValueError, match="--reference"):
-        LocationAttention(reference="sideways")
+        _location(reference="sideways")
     with pytest.raises(ValueError, match="--step-activation"):
-        LocationAttention(step_activation="tanh")
+        _location(step_activation="tanh")
+    with pytest.raises(ValueError, match="--location-normalization"):
+        _location(location_normalization="max")
     with pytest.raises(ValueError, match="--attention-scoring"):
-        CrossAttention(4, 4, 4, scoring=None, location=None)
+        CrossAttention(GRUSeq2SeqConfig(attention_scoring="none"), 4, 4, 4)
+    with pytest.raises(ValueError, match="--linear-init"):
+        CrossAttention(GRUSeq2SeqConfig(linear_init="he"), 4, 4, 4)
 
 
 def test_relative_scores_equal_transformer_xl_formula():
@@ -162,10 +168,11 @@ def test_relative_scores_equal_transformer_xl_formula():
 
 def test_pr_tracks_the_location_only_focus():
     torch.manual_seed(0)
-    location = LocationAttention()
-    mixed = CrossAttention(6, 4, 4, scoring="content", location=location, position_reference="mixed")
-    pr = CrossAttention(6, 4, 4, scoring="content", location=location, position_reference="location")
+    options = dict(attention_scoring="content", location_attention=True)
+    mixed = CrossAttention(GRUSeq2SeqConfig(position_reference="mixed", **options), 6, 4, 6)
+    pr = CrossAttention(GRUSeq2SeqConfig(position_reference="location", **options), 6, 4, 6)
     pr.load_state_dict(mixed.state_dict())
+    location = mixed.location
     e, lengths = torch.randn(2, 7, 6), torch.tensor([7, 4])
     h = torch.randn(2, 4)
     m1 = mixed.prepare(e, None, lengths)

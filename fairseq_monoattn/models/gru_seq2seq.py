@@ -2,157 +2,223 @@
 
 The encoder wraps every source in learned START / END vectors and runs a (stack of)
 bidirectional GRU(s); the decoder is a GRU stack fed with [emb(y_{t-1}); context_t] where
-the context comes from :class:`CrossAttention` queried with h_{t-1}.  Each model of the
-paper is a named architecture (``presets.py``) over this one registered model.
+the context comes from :class:`CrossAttention` queried with h_{t-1}.  Every option lives in
+:class:`GRUSeq2SeqConfig` (the only place that holds defaults); each model of the paper is a
+named architecture (``presets.py``) that sets the options it differs in.
 """
+from contextlib import nullcontext
+from dataclasses import dataclass, field, fields
+from typing import Optional
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 from fairseq import utils
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import (
     FairseqEncoder,
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
     register_model,
 )
+from omegaconf import OmegaConf, open_dict
 
-from ..modules.cross_attention import POSITION_REFERENCES, CrossAttention
+from ..limits import NO_LENGTH_LIMIT
 from ..modules.content import SCORERS
-from ..modules.direction_gate import DirectionGate
-from ..modules.location import REFERENCES, STEP_ACTIVATIONS, LocationAttention
+from ..modules.cross_attention import LINEAR_INITS, POSITION_REFERENCES, CrossAttention
+from ..modules.location import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
 
-DEFAULT_MAX_POSITIONS = 1_000_000  # nothing in the model depends on a maximum length
+EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
+BOUNDARY_INITS = ("normal", "zeros")
 
 
-@register_model("gru_seq2seq")
+def option(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class GRUSeq2SeqConfig(FairseqDataclass):
+    # sizes
+    encoder_embed_dim: int = option(64, "encoder embedding size")
+    encoder_hidden_size: int = option(64, "GRU size per direction")
+    encoder_layers: int = option(1, "bidirectional GRU layers")
+    decoder_embed_dim: int = option(64, "decoder embedding size")
+    decoder_hidden_size: Optional[int] = option(None, "decoder GRU size (default: 2 x --encoder-hidden-size)")
+    decoder_layers: Optional[int] = option(None, "decoder GRU layers (default: --encoder-layers)")
+    attention_dim: Optional[int] = option(None, "key/query/value size (default: the decoder hidden size)")
+    dropout: float = option(0.5, "dropout on the encoder outputs")
+    decoder_dropout: float = option(0.0, "dropout on the decoder outputs")
+    # embeddings and initialisation
+    share_decoder_input_output_embed: bool = option(True, "tie the output projection to the target embeddings")
+    share_all_embeddings: bool = option(
+        False, "one embedding matrix for the source, the decoder input and the output (needs one dictionary "
+               "for source and target, see the data's joined dictionary)")
+    embedding_init: ChoiceEnum(EMBEDDING_INITS) = option(
+        "scaled-normal", "scaled-normal: N(0, 1/dim) (fairseq's habit); kaiming-fan-out: N(0, 2/vocabulary size) "
+                         "(the authors' release)")
+    boundary_init: ChoiceEnum(BOUNDARY_INITS) = option(
+        "normal", "initial START / END vectors: N(0, 1/dim) or zeros (the authors' release)")
+    linear_init: ChoiceEnum(LINEAR_INITS) = option(
+        "pytorch", "attention and output layers: torch's default init, or Xavier-uniform without the biases "
+                   "the authors' release leaves out")
+    source_eos: bool = option(True, "keep fairseq's source </s> as an encoder position between the tokens and END")
+    # cross-attention
+    attention_scoring: ChoiceEnum(["none"] + list(SCORERS)) = option(
+        "content", "query-key scores: content, relative (Transformer-XL), rotary, or none")
+    location_attention: bool = option(False, "use Gaussian location attention (mixed with the scores if both are on)")
+    direction_gate: bool = option(False, "attend to g*e + (1-g)*reverse(e) instead of e")
+    reference: ChoiceEnum(REFERENCES) = option("previous", "reference position of the location focus")
+    step_activation: ChoiceEnum(STEP_ACTIVATIONS) = option(
+        "sigmoid", "activation of the step taken from the reference position")
+    clamp_center: bool = option(False, "leaky-clamp the location centre into [0, 1]")
+    position_reference: ChoiceEnum(POSITION_REFERENCES) = option(
+        "mixed", "previous position from the mixed attention or the location-only one (PR)")
+    location_normalization: ChoiceEnum(NORMALIZATIONS) = option(
+        "softmax", "softmax over real positions, or the release's exp / (sum + 1e-20), whose weights "
+                   "underflow to zero (and reset the focus to START) far past the last position")
+    location_projection: bool = option(
+        False, "read the location heads off the paper's intermediate l_t = f_l(h) (a d x d layer) "
+               "instead of directly off h")
+    sigma_min: float = option(0.27, "minimum width of the location focus")
+    step_temperature: float = option(5.0, "T in sigmoid(T * rho) steps")
+    softstair_temperature: float = option(20.0, "softstair temperature")
+    clamp_slope: float = option(0.01, "leaky slope of the centre clamp")
+    mono_gate_init: float = option(20.0, "initial logit of Mono's ReLU gate")
+    mix_temperature: float = option(5.0, "beta in the content/location mix")
+    direction_temperature: float = option(5.0, "beta in the direction gate")
+    max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length")
+    max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length")
+
+
+CONFIG_FIELDS = {f.name: f for f in fields(GRUSeq2SeqConfig) if not f.name.startswith("_")}
+
+
+def fill_missing(cfg, values) -> None:
+    """Set every option of ``values`` (a dict) that ``cfg`` (a Namespace or DictConfig) lacks
+    or holds as None, in place."""
+    with open_dict(cfg) if OmegaConf.is_config(cfg) else nullcontext():
+        for name, value in values.items():
+            if getattr(cfg, name, None) is None:
+                setattr(cfg, name, value)
+
+
+def config_defaults() -> dict:
+    """{option: default} read off GRUSeq2SeqConfig (enums as their string values)."""
+    defaults = {}
+    for name, f in CONFIG_FIELDS.items():
+        value = f.default
+        defaults[name] = getattr(value, "value", value)
+    return defaults
+
+
+@register_model("gru_seq2seq", dataclass=GRUSeq2SeqConfig)
 class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
     @staticmethod
     def add_args(parser):
-        bool_ = utils.eval_bool
-        parser.add_argument("--encoder-embed-dim", type=int, metavar="N", help="encoder embedding size")
-        parser.add_argument("--encoder-hidden-size", type=int, metavar="N", help="GRU size per direction")
-        parser.add_argument("--encoder-layers", type=int, metavar="N", help="bidirectional GRU layers")
-        parser.add_argument("--decoder-embed-dim", type=int, metavar="N", help="decoder embedding size")
-        parser.add_argument("--decoder-hidden-size", type=int, metavar="N", help="decoder GRU size")
-        parser.add_argument("--decoder-layers", type=int, metavar="N", help="decoder GRU layers")
-        parser.add_argument("--attention-dim", type=int, metavar="N", help="key/query/value size (default: decoder hidden size)")
-        parser.add_argument("--dropout", type=float, metavar="D", help="dropout on the encoder outputs")
-        parser.add_argument("--decoder-dropout", type=float, metavar="D", help="dropout on the decoder outputs")
-        parser.add_argument("--share-decoder-input-output-embed", type=bool_, metavar="BOOL",
-                            help="tie the output projection to the target embeddings")
-        parser.add_argument("--attention-scoring", choices=["none"] + list(SCORERS),
-                            help="query-key scores: content, relative (Transformer-XL), rotary, or none")
-        parser.add_argument("--location-attention", type=bool_, metavar="BOOL",
-                            help="use Gaussian location attention (mixed with the scores if both are on)")
-        parser.add_argument("--direction-gate", type=bool_, metavar="BOOL",
-                            help="attend to g*e + (1-g)*reverse(e) instead of e")
-        parser.add_argument("--reference", choices=REFERENCES,
-                            help="reference position of the location focus")
-        parser.add_argument("--step-activation", choices=STEP_ACTIVATIONS,
-                            help="activation of the step taken from the reference position")
-        parser.add_argument("--clamp-center", type=bool_, metavar="BOOL",
-                            help="leaky-clamp the location centre into [0, 1]")
-        parser.add_argument("--position-reference", choices=POSITION_REFERENCES,
-                            help="previous position from the mixed attention or the location-only one (PR)")
-        parser.add_argument("--sigma-min", type=float, metavar="F", help="minimum width of the location focus")
-        parser.add_argument("--step-temperature", type=float, metavar="F", help="T in sigmoid(T * rho) steps")
-        parser.add_argument("--softstair-temperature", type=float, metavar="F", help="softstair temperature")
-        parser.add_argument("--clamp-slope", type=float, metavar="F", help="leaky slope of the centre clamp")
-        parser.add_argument("--mono-gate-init", type=float, metavar="F", help="initial logit of Mono's ReLU gate")
-        parser.add_argument("--mix-temperature", type=float, metavar="F", help="beta in the content/location mix")
-        parser.add_argument("--direction-temperature", type=float, metavar="F", help="beta in the direction gate")
-        parser.add_argument("--max-source-positions", type=int, metavar="N", help="maximum source length")
-        parser.add_argument("--max-target-positions", type=int, metavar="N", help="maximum target length")
+        """Every field of GRUSeq2SeqConfig as an option, without defaults (so that a preset can
+        set them).  Booleans take a value (``--direction-gate False``) so that a preset's True
+        can be switched off on the command line."""
+        for name, f in CONFIG_FIELDS.items():
+            flag = "--" + name.replace("_", "-")
+            kind = f.type
+            choices = [member.value for member in kind] if isinstance(kind, type) and hasattr(kind, "__members__") \
+                else None
+            if kind is bool:
+                parser.add_argument(flag, type=utils.eval_bool, metavar="BOOL", help=f.metadata["help"])
+            elif choices is not None:
+                parser.add_argument(flag, choices=choices, help=f.metadata["help"])
+            else:
+                inner = getattr(kind, "__args__", (kind,))[0]  # Optional[int] -> int
+                parser.add_argument(flag, type=inner, metavar="N" if inner is int else "F",
+                                    help=f.metadata["help"])
 
     @classmethod
-    def build_model(cls, args, task):
-        from .presets import base_architecture
-
-        base_architecture(args)
-        encoder = GRUEncoder(
-            task.source_dictionary,
-            embed_dim=args.encoder_embed_dim,
-            hidden_size=args.encoder_hidden_size,
-            num_layers=args.encoder_layers,
-            dropout_out=args.dropout,
-            max_positions=args.max_source_positions,
-        )
-        decoder = GRUDecoder(
-            task.target_dictionary,
-            attention=build_attention(args, encoder.output_dim, args.decoder_hidden_size),
-            encoder_layers=args.encoder_layers,
-            encoder_summary_dim=encoder.output_dim,
-            embed_dim=args.decoder_embed_dim,
-            hidden_size=args.decoder_hidden_size,
-            num_layers=args.decoder_layers,
-            dropout_out=args.decoder_dropout,
-            share_input_output_embed=args.share_decoder_input_output_embed,
-            max_positions=args.max_target_positions,
-        )
+    def build_model(cls, cfg, task):
+        # a preset (``--arch gru_onestep``) has set its own options already; the rest come from the
+        # dataclass, written into cfg so that the checkpoint records every value used
+        fill_missing(cfg, config_defaults())
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        decoder_hidden_size = cfg.decoder_hidden_size or 2 * cfg.encoder_hidden_size
+        decoder_layers = cfg.decoder_layers or cfg.encoder_layers
+        if cfg.share_all_embeddings:
+            if src_dict != tgt_dict:
+                raise ValueError("--share-all-embeddings needs one dictionary for source and target "
+                                 "(dict.src.txt and dict.tgt.txt must be the same: prepare the data with a "
+                                 "joined dictionary)")
+            if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
+                raise ValueError("--share-all-embeddings needs --encoder-embed-dim == --decoder-embed-dim")
+            encoder_embedding = decoder_embedding = build_embedding(src_dict, cfg.encoder_embed_dim,
+                                                                    cfg.embedding_init)
+        else:
+            encoder_embedding = build_embedding(src_dict, cfg.encoder_embed_dim, cfg.embedding_init)
+            decoder_embedding = build_embedding(tgt_dict, cfg.decoder_embed_dim, cfg.embedding_init)
+        encoder = GRUEncoder(src_dict, encoder_embedding, cfg)
+        attention = CrossAttention(cfg, encoder.output_dim, decoder_hidden_size, encoder.output_dim)
+        decoder = GRUDecoder(tgt_dict, decoder_embedding, attention, cfg, encoder.output_dim,
+                             decoder_hidden_size, decoder_layers)
         return cls(encoder, decoder)
 
     def max_positions(self):
         return (self.encoder.max_positions(), self.decoder.max_positions())
 
+    def direction_gate(self, src_tokens, src_lengths=None) -> Optional[torch.Tensor]:
+        """The direction gate g (B,) of each source (1: forward encodings, 0: reversed), or None
+        when the cross-attention has none.  It applies to the keys and values of the
+        cross-attention: e_dir = g * e + (1 - g) * reverse(e)."""
+        gate = self.decoder.attention.direction_gate
+        if gate is None:
+            return None
+        return gate.gate(self.encoder(src_tokens, src_lengths)["summary"][-1])
 
-def build_attention(args, encoder_dim: int, query_dim: int) -> CrossAttention:
-    scoring = None if args.attention_scoring == "none" else args.attention_scoring
-    location = None
-    if args.location_attention:
-        location = LocationAttention(
-            reference=args.reference,
-            step_activation=args.step_activation,
-            clamp_center=args.clamp_center,
-            sigma_min=args.sigma_min,
-            step_temperature=args.step_temperature,
-            softstair_temperature=args.softstair_temperature,
-            clamp_slope=args.clamp_slope,
-            mono_gate_init=args.mono_gate_init,
-        )
-    gate = DirectionGate(encoder_dim, args.direction_temperature) if args.direction_gate else None
-    return CrossAttention(
-        encoder_dim,
-        query_dim,
-        args.attention_dim or query_dim,
-        scoring=scoring,
-        location=location,
-        direction_gate=gate,
-        position_reference=args.position_reference,
-        mix_temperature=args.mix_temperature,
-    )
+
+def build_embedding(dictionary, dim: int, init: str) -> nn.Embedding:
+    """scaled-normal: N(0, 1/dim); kaiming-fan-out: N(0, 2/V) with V the vocabulary size (torch's
+    kaiming_normal_ with mode="fan_out" on a V x dim matrix).  The padding row is zero."""
+    if init not in EMBEDDING_INITS:
+        raise ValueError(f"--embedding-init must be one of {', '.join(EMBEDDING_INITS)}, got {init!r}")
+    embedding = nn.Embedding(len(dictionary), dim, padding_idx=dictionary.pad())
+    std = dim ** -0.5 if init == "scaled-normal" else (2.0 / len(dictionary)) ** 0.5
+    nn.init.normal_(embedding.weight, 0, std)
+    nn.init.zeros_(embedding.weight[dictionary.pad()])
+    return embedding
 
 
 class GRUEncoder(FairseqEncoder):
-    """Embeds [START, x_1 .. x_n, END] (START / END are learned vectors, not vocabulary items)
-    and runs bidirectional GRUs; no positional encoding."""
+    """Embeds [START, x_1 .. x_n, (</s>,) END] (START / END are learned vectors, not vocabulary
+    items) and runs bidirectional GRUs; no positional encoding."""
 
-    def __init__(self, dictionary, embed_dim=64, hidden_size=64, num_layers=1, dropout_out=0.5,
-                 max_positions=DEFAULT_MAX_POSITIONS):
+    def __init__(self, dictionary, embed_tokens: nn.Embedding, cfg):
         super().__init__(dictionary)
+        if cfg.boundary_init not in BOUNDARY_INITS:
+            raise ValueError(f"--boundary-init must be one of {', '.join(BOUNDARY_INITS)}, got {cfg.boundary_init!r}")
+        embed_dim = embed_tokens.embedding_dim
         self.padding_idx = dictionary.pad()
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
-        nn.init.normal_(self.embed_tokens.weight, 0, embed_dim ** -0.5)
-        nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
-        self.start = nn.Parameter(torch.randn(embed_dim) * embed_dim ** -0.5)
-        self.end = nn.Parameter(torch.randn(embed_dim) * embed_dim ** -0.5)
-        self.rnn = nn.GRU(embed_dim, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
-        self.num_layers = num_layers
-        self.output_dim = 2 * hidden_size
-        self.dropout_out = nn.Dropout(dropout_out)
-        self._max_positions = max_positions
+        self.eos_idx = dictionary.eos()
+        self.keep_source_eos = cfg.source_eos
+        self.embed_tokens = embed_tokens
+        scale = embed_dim ** -0.5 if cfg.boundary_init == "normal" else 0.0
+        self.start = nn.Parameter(torch.randn(embed_dim) * scale)
+        self.end = nn.Parameter(torch.randn(embed_dim) * scale)
+        self.rnn = nn.GRU(embed_dim, cfg.encoder_hidden_size, num_layers=cfg.encoder_layers, batch_first=True,
+                          bidirectional=True)
+        self.num_layers = cfg.encoder_layers
+        self.output_dim = 2 * cfg.encoder_hidden_size
+        self.dropout_out = nn.Dropout(cfg.dropout)
+        self._max_positions = cfg.max_source_positions
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
-        """src_tokens (B, T), left- or right-padded: each row is realigned to the left, so
-        every example sees its own positions 0 .. n+1 whatever the batch."""
-        not_pad = src_tokens.ne(self.padding_idx)
-        token_lengths = not_pad.long().sum(dim=1)
-        tokens = right_align(src_tokens, not_pad)
+        """src_tokens (B, T), left- or right-padded: each row's kept tokens are moved to the
+        front, so every example sees its own positions 0 .. n+1 whatever the batch."""
+        kept = src_tokens.ne(self.padding_idx)
+        if not self.keep_source_eos:
+            kept &= src_tokens.ne(self.eos_idx)
+        token_lengths = kept.long().sum(dim=1)
+        tokens = kept_tokens_first(src_tokens, kept)
         batch, width = tokens.shape
         lengths = token_lengths + 2  # START and END
         x = self.start.new_zeros(batch, width + 2, self.start.numel())
         x[:, 0] = self.start
-        x[:, 1:width + 1] = self.embed_tokens(tokens)
+        x[:, 1:width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
         x[torch.arange(batch, device=x.device), token_lengths + 1] = self.end
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         packed_out, final = self.rnn(packed)
@@ -164,7 +230,7 @@ class GRUEncoder(FairseqEncoder):
             "encodings": self.dropout_out(encodings),  # (B, n+2, 2H), right-padded
             "summary": summary,
             "lengths": lengths,
-            "source_padding": src_tokens.eq(self.padding_idx),  # layout of src_tokens, for alignments
+            "source_ignored": ~kept,  # layout of src_tokens: columns no position stands for
             "order": torch.arange(batch, device=src_tokens.device),
         }
 
@@ -187,40 +253,40 @@ def encoder_rows(encoder_out, key):
     return value.index_select(batch_dim, order)
 
 
-def right_align(tokens, not_pad):
-    """Move each row's real tokens to the front, keeping their order (fairseq left-pads
-    sources by default; right-padded or unpadded input passes through unchanged)."""
-    order = torch.sort((~not_pad).to(torch.uint8), dim=1, stable=True).indices
+def kept_tokens_first(tokens, kept):
+    """Move each row's kept tokens to the front, keeping their order: fairseq left-pads
+    sources by default, so the result is right-padded whatever the input's padding side."""
+    order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices
     return tokens.gather(1, order)
 
 
 class GRUDecoder(FairseqIncrementalDecoder):
-    def __init__(self, dictionary, attention: CrossAttention, encoder_layers: int, encoder_summary_dim: int,
-                 embed_dim=64, hidden_size=128, num_layers=1, dropout_out=0.0,
-                 share_input_output_embed=True, max_positions=DEFAULT_MAX_POSITIONS):
+    def __init__(self, dictionary, embed_tokens: nn.Embedding, attention: CrossAttention, cfg,
+                 encoder_summary_dim: int, hidden_size: int, num_layers: int):
         super().__init__(dictionary)
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=dictionary.pad())
-        nn.init.normal_(self.embed_tokens.weight, 0, embed_dim ** -0.5)
-        nn.init.zeros_(self.embed_tokens.weight[dictionary.pad()])
+        embed_dim = embed_tokens.embedding_dim
+        self.embed_tokens = embed_tokens
         self.attention = attention
-        context_dim = attention.values[-1].out_features
         self.cells = nn.ModuleList(
-            nn.GRUCell(embed_dim + context_dim if i == 0 else hidden_size, hidden_size) for i in range(num_layers)
+            nn.GRUCell(embed_dim + attention.context_dim if i == 0 else hidden_size, hidden_size)
+            for i in range(num_layers)
         )
         self.num_layers = num_layers
-        self.encoder_layers = encoder_layers
+        self.encoder_layers = cfg.encoder_layers
         # h_0 = e_cls; a projection only when the sizes differ
         self.init_proj = None if encoder_summary_dim == hidden_size else nn.Linear(encoder_summary_dim, hidden_size)
-        self.dropout_out = nn.Dropout(dropout_out)
-        self.share_input_output_embed = share_input_output_embed
-        if share_input_output_embed:
+        self.dropout_out = nn.Dropout(cfg.decoder_dropout)
+        self.share_input_output_embed = cfg.share_decoder_input_output_embed or cfg.share_all_embeddings
+        if self.share_input_output_embed:
             # logits = W h_t E^T + b, E the target embedding matrix
             self.out_proj = nn.Linear(hidden_size, embed_dim)
             self.out_bias = nn.Parameter(torch.zeros(len(dictionary)))
         else:
             self.out_proj = nn.Linear(hidden_size, len(dictionary))
+        if cfg.linear_init == "xavier":
+            nn.init.xavier_uniform_(self.out_proj.weight)
         self.need_attn = False  # fairseq-generate --print-alignment switches it on
-        self._max_positions = max_positions
+        self._max_positions = cfg.max_target_positions
 
     # -- state -------------------------------------------------------------------------
     def initial_hidden(self, summary) -> torch.Tensor:
@@ -246,7 +312,8 @@ class GRUDecoder(FairseqIncrementalDecoder):
     # -- forward -----------------------------------------------------------------------
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **kwargs):
         """Returns logits (B, T, V) and ``{"attn": [weights over src_tokens' columns, for
-        fairseq's alignments, or None], "attention": weights over [START, tokens, END] (B, T, n+2)}``."""
+        fairseq's alignments, or None], "attention": weights over [START, tokens, END] (B, T, n+2),
+        "direction": the direction gate g (B,) or None}``."""
         features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         return self.output_layer(features), extra
 
@@ -282,7 +349,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         attn = None
         if self.need_attn and not self.training:
             attn = source_layout_attention(attention, encoder_out)
-        return features, {"attn": [attn], "attention": attention}
+        return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
 
     def output_layer(self, features):
         x = self.out_proj(features)
@@ -313,12 +380,12 @@ class GRUDecoder(FairseqIncrementalDecoder):
 
 
 def source_layout_attention(weights, encoder_out):
-    """Map attention over the wrapped, right-aligned source [START, x.., END] back onto the
-    columns of ``src_tokens`` (as fairseq expects for --print-alignment)."""
-    padding = encoder_rows(encoder_out, "source_padding")  # (B, T) in src_tokens' layout
-    real = ~padding
-    # rank of each real column among the row's real columns, i.e. its token index
-    token_index = real.long().cumsum(dim=1) - 1
+    """Map attention over the wrapped, compacted source [START, x.., END] back onto the
+    columns of ``src_tokens`` (as fairseq expects for --print-alignment); columns no encoder
+    position stands for (padding, a dropped source </s>) get 0."""
+    ignored = encoder_rows(encoder_out, "source_ignored")  # (B, T) in src_tokens' layout
+    # rank of each kept column among the row's kept columns, i.e. its token index
+    token_index = (~ignored).long().cumsum(dim=1) - 1
     index = (token_index + 1).clamp(min=0).unsqueeze(1).expand(-1, weights.size(1), -1)
     mapped = weights.gather(2, index)
-    return mapped.masked_fill(padding.unsqueeze(1), 0.0)
+    return mapped.masked_fill(ignored.unsqueeze(1), 0.0)

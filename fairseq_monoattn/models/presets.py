@@ -1,47 +1,23 @@
-"""Named architectures: each model of the paper is a set of defaults over ``gru_seq2seq``.
+"""Named architectures: each model of the paper is a set of options over ``gru_seq2seq``.
 
-Every choice stays a command-line option, so ``--arch gru_onestep --step-activation relu``
-(or any other combination) is a valid model.  Constants follow the paper's appendix and the
-authors' release (see REFERENCE.md): embeddings 64, one BiGRU layer of 64 per direction,
-decoder 128, dropout 0.5 on the encoder outputs, tied output embedding.
+A preset holds only the options it differs in; every other option keeps the default of
+``GRUSeq2SeqConfig``, and every option stays settable on the command line, so
+``--arch gru_onestep --step-activation relu`` (or any other combination) is a valid model.
+
+Each preset is registered twice over, from the same dict:
+* as an architecture (``--arch NAME``): a function that sets the preset's options the command
+  line left unset;
+* as a config (``model: NAME`` / ``model._name=NAME`` under fairseq-hydra-train): a subclass of
+  ``GRUSeq2SeqConfig`` whose defaults are the preset's.  fairseq merges a hydra config with the
+  dataclass registered under its name, so the preset's values sit under the user's, never
+  under the base defaults.
 """
-from fairseq.models import register_model_architecture
+from dataclasses import field, fields, make_dataclass
 
-from .gru_seq2seq import DEFAULT_MAX_POSITIONS
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY, register_model_architecture
+from hydra.core.config_store import ConfigStore
 
-
-def _default(args, name, value):
-    setattr(args, name, getattr(args, name, value))
-
-
-@register_model_architecture("gru_seq2seq", "gru_seq2seq")
-def base_architecture(args):
-    _default(args, "encoder_embed_dim", 64)
-    _default(args, "encoder_hidden_size", 64)
-    _default(args, "encoder_layers", 1)
-    _default(args, "decoder_embed_dim", 64)
-    _default(args, "decoder_hidden_size", 2 * args.encoder_hidden_size)
-    _default(args, "decoder_layers", args.encoder_layers)
-    _default(args, "attention_dim", None)
-    _default(args, "dropout", 0.5)
-    _default(args, "decoder_dropout", 0.0)
-    _default(args, "share_decoder_input_output_embed", True)
-    _default(args, "attention_scoring", "content")
-    _default(args, "location_attention", False)
-    _default(args, "direction_gate", False)
-    _default(args, "reference", "previous")
-    _default(args, "step_activation", "sigmoid")
-    _default(args, "clamp_center", False)
-    _default(args, "position_reference", "mixed")
-    _default(args, "sigma_min", 0.27)
-    _default(args, "step_temperature", 5.0)
-    _default(args, "softstair_temperature", 20.0)
-    _default(args, "clamp_slope", 0.01)
-    _default(args, "mono_gate_init", 20.0)
-    _default(args, "mix_temperature", 5.0)
-    _default(args, "direction_temperature", 5.0)
-    _default(args, "max_source_positions", DEFAULT_MAX_POSITIONS)
-    _default(args, "max_target_positions", DEFAULT_MAX_POSITIONS)
+from .gru_seq2seq import GRUSeq2SeqConfig, fill_missing
 
 
 # name -> the options that distinguish it; every other option keeps the base default.
@@ -81,14 +57,27 @@ PRESETS = {
 }
 
 
+def preset_config(name: str, overrides: dict):
+    """GRUSeq2SeqConfig with the preset's values as defaults (and nothing else changed)."""
+    base = {f.name: f for f in fields(GRUSeq2SeqConfig)}
+    changed = [(key, base[key].type, field(default=value, metadata=base[key].metadata))
+               for key, value in overrides.items()]
+    class_name = "".join(part.capitalize() for part in name.split("_")) + "Config"
+    return make_dataclass(class_name, changed, bases=(GRUSeq2SeqConfig,))
+
+
 def _register(name, overrides):
     @register_model_architecture("gru_seq2seq", name)
-    def architecture(args):
-        for key, value in overrides.items():
-            _default(args, key, value)
-        base_architecture(args)
+    def architecture(cfg):
+        fill_missing(cfg, overrides)  # the rest: GRUSeq2SeqModel.build_model
 
     architecture.__name__ = name
+    config = preset_config(name, overrides)
+    MODEL_DATACLASS_REGISTRY[name] = config
+    ARCH_MODEL_NAME_REGISTRY[name] = name  # a hydra config names the preset's own node
+    node = config()
+    node._name = name
+    ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq_monoattn")
     return architecture
 
 

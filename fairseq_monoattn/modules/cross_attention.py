@@ -1,22 +1,30 @@
 """The decoder's cross-attention: content scores, location attention, or a mixture of both.
 
     keys   k_i = W_k e_i            values v_i = W_o W_v LeakyReLU(W_1 e_i)
-    query  q_t = W_q h_{t-1}
+    query  q_t = W_q h_{t-1}        location features l_t = W_l h_{t-1} (+ b_l)
 
     content only:   a_t = softmax(c_t)                       (c_t from a scorer in content.py)
-    location only:  a_t = lambda_t                           (location.py)
+    location only:  a_t = lambda_t                           (location.py, heads read off l_t)
     mixed:          a_t = m_t softmax(c_t) + (1 - m_t) lambda_t,  m_t = sigmoid(beta f_mix(h_{t-1}))
 
     context o_t = sum_i a_ti v_i;   pa_t = sum_i a_ti norm(i)
     (or, "position reference" PR, pa_t = sum_i lambda_ti norm(i): the location-only focus)
 
 The paper's output map o_t = f_o(sum_i a_ti v_i) is folded into the values: attention
-weights sum to one, so f_o(sum a v) = sum a f_o(v), computed once per sequence.
-Everything a step reads off h_{t-1} (q_t, the location heads, the mixing logit) comes from
-one linear map, split afterwards: one matrix product per step instead of three.
+weights sum to one (or to zero), so f_o(sum a v) = sum a f_o(v), computed once per sequence.
+Everything a step reads off h_{t-1} (q_t, l_t or the location heads, the mixing logit) comes
+from one linear map, split afterwards: one matrix product per step instead of three.
 With a direction gate (direction_gate.py) keys and values read e_dir instead of e.
+
+Location features (``--location-projection``): the paper reads the location heads off an
+intermediate l_t = f_l(h_{t-1}) (a d x d layer); without it the heads read h_{t-1} directly.
+Both are linear in h, but they train differently (the product of two matrices under Adam).
+
+Initialisation (``--linear-init``): "pytorch" keeps torch's defaults; "xavier" draws every
+weight of the attention from a Xavier-uniform distribution of its own shape, with no bias
+on the keys, the query, the value output and the location heads, as the authors' release.
 """
-from typing import Dict, Optional
+from typing import Dict, List
 
 import torch
 from torch import nn
@@ -27,54 +35,93 @@ from .location import LocationAttention
 from .positions import padding_mask
 
 POSITION_REFERENCES = ("mixed", "location")
+LINEAR_INITS = ("pytorch", "xavier")
 
 
 class CrossAttention(nn.Module):
-    def __init__(
-        self,
-        encoder_dim: int,
-        query_dim: int,
-        attention_dim: int,
-        scoring: Optional[str] = "content",
-        location: Optional[LocationAttention] = None,
-        direction_gate: Optional[DirectionGate] = None,
-        position_reference: str = "mixed",
-        mix_temperature: float = 5.0,
-    ):
+    """Built from the model's config (``GRUSeq2SeqConfig``): attention_scoring,
+    location_attention, direction_gate, position_reference, mix_temperature, attention_dim,
+    location_projection, linear_init and the options of LocationAttention / DirectionGate."""
+
+    def __init__(self, cfg, encoder_dim: int, query_dim: int, summary_dim: int):
         super().__init__()
-        if scoring is None and location is None:
+        scoring = None if cfg.attention_scoring == "none" else cfg.attention_scoring
+        if scoring is None and not cfg.location_attention:
             raise ValueError("cross-attention needs content scores (--attention-scoring) or location attention")
         if scoring is not None and scoring not in SCORERS:
             raise ValueError(f"--attention-scoring must be one of none, {', '.join(SCORERS)}, got {scoring!r}")
-        if position_reference not in POSITION_REFERENCES:
-            raise ValueError(
-                f"--position-reference must be one of {', '.join(POSITION_REFERENCES)}, got {position_reference!r}"
-            )
-        self.direction_gate = direction_gate
-        self.location = location
-        self.position_reference = position_reference
-        self.mix_temperature = mix_temperature
+        if cfg.position_reference not in POSITION_REFERENCES:
+            raise ValueError(f"--position-reference must be one of {', '.join(POSITION_REFERENCES)}, "
+                             f"got {cfg.position_reference!r}")
+        if cfg.linear_init not in LINEAR_INITS:
+            raise ValueError(f"--linear-init must be one of {', '.join(LINEAR_INITS)}, got {cfg.linear_init!r}")
+        attention_dim = cfg.attention_dim or query_dim
+        xavier = cfg.linear_init == "xavier"
+        self.direction_gate = DirectionGate(summary_dim, cfg.direction_temperature) if cfg.direction_gate else None
+        self.location = LocationAttention(cfg) if cfg.location_attention else None
+        self.position_reference = cfg.position_reference
+        self.mix_temperature = cfg.mix_temperature
         self.values = nn.Sequential(
             nn.Linear(encoder_dim, attention_dim),
             nn.LeakyReLU(),
-            nn.Linear(attention_dim, attention_dim),
+            nn.Linear(attention_dim, attention_dim, bias=not xavier),
         )
         self.scorer = None
         if scoring is not None:
-            self.keys = nn.Linear(encoder_dim, attention_dim)
+            self.keys = nn.Linear(encoder_dim, attention_dim, bias=not xavier)
             self.scorer = SCORERS[scoring](attention_dim)
-        self.mixes = self.scorer is not None and location is not None
-        # readout of h_{t-1}: [query (content) | location heads | mixing logit]
+        self.mixes = self.scorer is not None and self.location is not None
+        # the location heads read l_t (projection) or h_{t-1} directly
+        self.location_heads = None
+        location_features = 0
+        if self.location is not None:
+            location_features = self.location.num_heads
+            if cfg.location_projection:
+                location_features = attention_dim
+                self.location_heads = nn.Linear(attention_dim, self.location.num_heads, bias=False)
+        # readout of h_{t-1}: [query (content) | location features | mixing logit]
         self.readout_sizes = [
             attention_dim if self.scorer is not None else 0,
-            location.num_heads if location is not None else 0,
+            location_features,
             1 if self.mixes else 0,
         ]
         self.readout = nn.Linear(query_dim, sum(self.readout_sizes))
+        if xavier:
+            self.xavier_init()
+
+    def xavier_init(self):
+        """Xavier-uniform weights of each part's own shape; the biases the release has none
+        of (keys, query, value output, location heads) are absent or start at zero."""
+        nn.init.xavier_uniform_(self.values[0].weight)
+        nn.init.xavier_uniform_(self.values[2].weight)
+        if self.scorer is not None:
+            nn.init.xavier_uniform_(self.keys.weight)
+        query, features, mix = self.readout_parts(self.readout.weight)
+        query_bias, feature_bias, _ = self.readout_parts(self.readout.bias)
+        with torch.no_grad():
+            nn.init.xavier_uniform_(query)
+            query_bias.zero_()
+            nn.init.xavier_uniform_(mix)
+            if self.location_heads is None:  # each head a vector of h, as the release's head vectors
+                for row in features.split(1):
+                    nn.init.xavier_uniform_(row)
+                feature_bias.zero_()
+            else:  # l_t = W_l h + b_l (torch's default bias), then one vector per head
+                nn.init.xavier_uniform_(features)
+                for row in self.location_heads.weight.split(1):
+                    nn.init.xavier_uniform_(row)
+
+    def readout_parts(self, parameter) -> List[torch.Tensor]:
+        """[query, location features, mixing logit] rows of the readout's weight or bias."""
+        return list(parameter.split(self.readout_sizes, dim=0))
 
     @property
     def tracks_position(self) -> bool:
         return self.location is not None
+
+    @property
+    def context_dim(self) -> int:
+        return self.values[-1].out_features
 
     def prepare(self, encodings, summary, lengths) -> Dict[str, torch.Tensor]:
         """Per-sequence work, done once before decoding: everything a step needs, batch-first."""
@@ -96,12 +143,13 @@ class CrossAttention(nn.Module):
     def forward(self, hidden, memory, previous_position, step: int):
         """hidden (B, Dq) = h_{t-1}; returns context (B, Da), weights (B, S), pa_t (B,) or None."""
         mask = memory["padding_mask"]
-        query, heads, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)
+        query, features, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)
         content = location = None
         if self.scorer is not None:
             content = self.scorer(query, memory, step).masked_fill(mask, float("-inf")).softmax(dim=-1)
         if self.location is not None:
-            location, _ = self.location(heads, previous_position, memory, mask, step)
+            head_logits = features if self.location_heads is None else self.location_heads(features)
+            location, _ = self.location(head_logits, previous_position, memory, mask, step)
         if content is None:
             weights = location
         elif location is None:

@@ -10,14 +10,18 @@ from .positions import reversal_index
 
 
 class DirectionGate(nn.Module):
-    def __init__(self, summary_dim: int, temperature: float = 5.0):
+    def __init__(self, summary_dim: int, temperature: float):
         super().__init__()
         self.proj = nn.Linear(summary_dim, 1)
         self.temperature = temperature
 
+    def gate(self, summary: torch.Tensor) -> torch.Tensor:
+        """g = sigmoid(beta * f_dir(e_cls)) of shape (B,) from summary (B, Ds)."""
+        return torch.sigmoid(self.temperature * self.proj(summary)).squeeze(-1)
+
     def forward(self, encodings: torch.Tensor, summary: torch.Tensor, lengths: torch.Tensor):
         """encodings (B, S, D) right-padded, summary (B, Ds), lengths (B,) -> (e_dir, g of shape (B,))."""
-        gate = torch.sigmoid(self.temperature * self.proj(summary)).squeeze(-1)
+        gate = self.gate(summary)
         index = reversal_index(lengths, encodings.size(1))
         reversed_encodings = encodings.gather(1, index.unsqueeze(-1).expand_as(encodings))
         g = gate.view(-1, 1, 1)

@@ -1,0 +1,228 @@
+"""The options that bring the authors' training dynamics into the plugin: the location
+normalisation and its underflow reset, the initialisations, the location projection, one
+shared embedding, the source EOS, and random batches drawn anew every epoch."""
+import random
+
+import pytest
+import torch
+from fairseq import options, tasks
+from fairseq.data import Dictionary
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from fairseq_cli_helpers import USER_DIR, copy_examples
+from model_helpers import batch, build, digit_dictionary
+from fairseq_monoattn.data.writer import write_dataset
+from fairseq_monoattn.models.gru_seq2seq import GRUSeq2SeqConfig
+from fairseq_monoattn.modules import CrossAttention, LocationAttention
+from fairseq_monoattn.modules.positions import padding_mask
+
+D = digit_dictionary()
+
+
+def location(**options):
+    return LocationAttention(GRUSeq2SeqConfig(**options))
+
+
+# ------------------------------------------------------------------- location normalisation
+
+def test_sum_normalisation_equals_softmax_while_nothing_underflows():
+    lengths = torch.tensor([7, 5])
+    memory = LocationAttention.prepare(lengths, 7)
+    mask = padding_mask(lengths, 7)
+    heads = torch.tensor([[0.3, 0.5], [-0.2, 1.0]])
+    previous = torch.tensor([0.2, 0.5])
+    soft, mu_soft = location(location_normalization="softmax")(heads, previous, memory, mask, step=2)
+    summed, mu_sum = location(location_normalization="sum")(heads, previous, memory, mask, step=2)
+    assert torch.allclose(soft, summed, atol=1e-6) and torch.equal(mu_soft, mu_sum)
+    assert summed[1, 5:].tolist() == [0.0, 0.0]
+
+
+def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
+    """A ReLU step of 20 positions from the END of a 6-position source lands 20 positions past it
+    (sigma = 0.27 / L): every exp(-z^2/2) is 0 in float32, so there is no context, and the next
+    reference position is 0, the START position.  The same step from START in a 21-position
+    source lands on its END."""
+    cfg = GRUSeq2SeqConfig(attention_scoring="none", location_attention=True, step_activation="relu",
+                           location_normalization="sum")
+    attention = CrossAttention(cfg, encoder_dim=6, query_dim=4, summary_dim=6)
+    lengths = torch.tensor([6, 21])
+    memory = attention.prepare(torch.randn(2, 21, 6), None, lengths)
+    with torch.no_grad():
+        attention.readout.weight.zero_()
+        attention.readout.bias.copy_(torch.tensor([20.0, 0.0]))  # rho = 20: ReLU step of 20 positions
+    hidden = torch.zeros(2, 4, requires_grad=True)
+    context, weights, position = attention(hidden, memory, torch.tensor([1.0, 0.0]), step=3)
+    assert weights[0].abs().sum().item() == 0.0 and context[0].abs().sum().item() == 0.0
+    assert position[0].item() == 0.0  # back to START
+    assert weights[1].sum().item() == pytest.approx(1.0) and weights[1].argmax().item() == 20
+    (context.sum() + position.sum()).backward()
+    assert torch.isfinite(hidden.grad).all()
+    # the softmax normalisation never underflows: the focus sits on the last real position
+    cfg.location_normalization = "softmax"
+    soft = CrossAttention(cfg, encoder_dim=6, query_dim=4, summary_dim=6)
+    soft.load_state_dict(attention.state_dict())
+    _, weights, position = soft(hidden, soft.prepare(torch.randn(2, 21, 6), None, lengths), torch.tensor([1.0, 0.0]), 3)
+    assert weights[0, 5].item() == pytest.approx(1.0) and position[0].item() == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------- initialisation
+
+def big_dictionary(size=1000):
+    dictionary = Dictionary()
+    for i in range(size):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
+
+
+@pytest.mark.parametrize("init, expected_std", [("scaled-normal", 64 ** -0.5),
+                                                ("kaiming-fan-out", (2 / 1004) ** 0.5)])
+def test_embedding_initialisation_statistics(init, expected_std):
+    model = build("gru_onestep", big_dictionary(), embedding_init=init)
+    weight = model.encoder.embed_tokens.weight.detach()
+    real = torch.cat([weight[:D.pad()], weight[D.pad() + 1:]])
+    assert real.std().item() == pytest.approx(expected_std, rel=0.03)
+    assert abs(real.mean().item()) < 0.1 * expected_std
+    assert weight[D.pad()].abs().sum().item() == 0.0
+
+
+def test_boundary_vectors_start_at_zero_or_random():
+    zeros = build("gru_monoattn", D, boundary_init="zeros").encoder
+    assert zeros.start.abs().sum().item() == 0.0 and zeros.end.abs().sum().item() == 0.0
+    normal = build("gru_monoattn", D, boundary_init="normal").encoder
+    assert normal.start.abs().sum().item() > 0.0
+
+
+def xavier_bound(fan_in, fan_out):
+    return (6 / (fan_in + fan_out)) ** 0.5
+
+
+def test_xavier_init_shapes_bounds_and_missing_biases():
+    model = build("gru_mix_monoattn", D, linear_init="xavier", location_projection=True)
+    attention = model.decoder.attention
+    assert attention.values[2].bias is None and attention.keys.bias is None
+    assert attention.location_heads.bias is None
+    for layer, (fan_in, fan_out) in [(attention.values[0], (128, 128)), (attention.values[2], (128, 128)),
+                                     (attention.keys, (128, 128))]:
+        bound = xavier_bound(fan_in, fan_out)
+        assert layer.weight.abs().max().item() <= bound
+        assert layer.weight.std().item() == pytest.approx(bound / 3 ** 0.5, rel=0.05)
+    query, features, mix = attention.readout_parts(attention.readout.weight)
+    query_bias, _, _ = attention.readout_parts(attention.readout.bias)
+    assert query.abs().max().item() <= xavier_bound(128, 128) and query_bias.abs().sum().item() == 0.0
+    assert features.shape == (128, 128) and features.abs().max().item() <= xavier_bound(128, 128)
+    assert mix.abs().max().item() <= xavier_bound(128, 1)
+    # each head vector is Xavier of a (1 x d) vector: bound sqrt(6 / (d + 1)), about 2.45x torch's 1/sqrt(d)
+    heads = attention.location_heads.weight
+    assert heads.shape == (2, 128) and heads.abs().max().item() <= xavier_bound(128, 1)
+    assert heads.abs().max().item() > 1 / 128 ** 0.5
+    assert model.decoder.out_proj.weight.abs().max().item() <= xavier_bound(128, 64)
+    default = build("gru_mix_monoattn", D, linear_init="pytorch").decoder.attention
+    assert default.values[2].bias is not None and default.keys.bias is not None
+
+
+def test_location_projection_reads_heads_off_an_intermediate_layer():
+    """heads = W_heads (W_l h + b_l): the paper's l_t = f_l(h) then the heads."""
+    model = build("gru_onestep", D, location_projection=True)
+    attention = model.decoder.attention
+    assert attention.readout_sizes == [0, 128, 0]
+    hidden = torch.randn(3, 128)
+    _, features, _ = attention.readout(hidden).split(attention.readout_sizes, dim=-1)
+    w_l, b_l = attention.readout.weight, attention.readout.bias
+    expected = (hidden @ w_l.t() + b_l) @ attention.location_heads.weight.t()
+    assert torch.allclose(attention.location_heads(features), expected, atol=1e-5)
+    direct = build("gru_onestep", D, location_projection=False).decoder.attention
+    assert direct.location_heads is None and direct.readout_sizes == [0, 2, 0]
+
+
+# ---------------------------------------------------------------- embeddings and source EOS
+
+def test_share_all_embeddings_uses_one_matrix_and_needs_one_dictionary():
+    model = build("gru_monoattn", D, share_all_embeddings=True)
+    assert model.encoder.embed_tokens is model.decoder.embed_tokens
+    assert model.decoder.share_input_output_embed
+    other = digit_dictionary()
+    other.add_symbol(":")
+
+    class TwoDictionaries:
+        source_dictionary, target_dictionary = D, other
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    import argparse
+
+    args = argparse.Namespace(arch="gru_monoattn", share_all_embeddings=True)
+    ARCH_CONFIG_REGISTRY["gru_monoattn"](args)
+    with pytest.raises(ValueError, match="one dictionary for source and target"):
+        ARCH_MODEL_REGISTRY["gru_monoattn"].build_model(args, TwoDictionaries())
+
+
+def test_without_source_eos_the_encoder_sees_only_the_tokens():
+    model = build("gru_monoattn", D, source_eos=False, seed=4)
+    with_eos = batch(D, [list("3141"), list("27")])["net_input"]
+    out = model.encoder(**with_eos)
+    assert out["lengths"].tolist() == [6, 4]  # START, 4 tokens, END / START, 2 tokens, END
+    no_eos = torch.tensor([[D.index(c) for c in "3141"]])
+    alone = model.encoder(no_eos, torch.tensor([4]))
+    assert torch.allclose(alone["encodings"][0], out["encodings"][0, :6], atol=1e-6)
+    kept = build("gru_monoattn", D, source_eos=True, seed=4).encoder(**with_eos)
+    assert kept["lengths"].tolist() == [7, 5]
+    # --print-alignment: the dropped </s> column gets no attention
+    model.make_generation_fast_(need_attn=True)
+    sample = batch(D, [list("3141"), list("27")], [list("3141"), list("27")])
+    _, extra = model(**sample["net_input"])
+    eos_columns = sample["net_input"]["src_tokens"].eq(D.eos())
+    assert extra["attn"][0].masked_select(eos_columns.unsqueeze(1)).abs().sum().item() == 0.0
+
+
+# ------------------------------------------------------------------------------ batches
+
+@pytest.fixture(scope="module")
+def mixed_copy(tmp_path_factory):
+    """300 training pairs of 2-12 digits."""
+    rng = random.Random(0)
+    out = tmp_path_factory.mktemp("mixed") / "data"
+    write_dataset({"train": copy_examples(rng, 300, 2, 12), "valid": copy_examples(rng, 10, 2, 5)}, out, "copy", 0)
+    return out / "bin"
+
+
+def train_batches(data, extra, epoch):
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--arch", "gru_onestep", "--task", "length_generalization", "--batch-size", "32",
+        "--required-batch-size-multiple", "1", "--user-dir", USER_DIR, *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("train")
+    iterator = task.get_batch_iterator(task.dataset("train"), max_sentences=32, seed=1, epoch=1)
+    batches = [sample["id"].tolist() for sample in iterator.next_epoch_itr(shuffle=True)]
+    for _ in range(epoch - 1):
+        batches = [sample["id"].tolist() for sample in iterator.next_epoch_itr(shuffle=True)]
+    return batches, task.dataset("train").src_sizes
+
+
+def test_random_batches_are_new_mixed_draws_every_epoch(mixed_copy):
+    first, sizes = train_batches(mixed_copy, ["--random-batches"], epoch=1)
+    second, _ = train_batches(mixed_copy, ["--random-batches"], epoch=2)
+    again, _ = train_batches(mixed_copy, ["--random-batches"], epoch=2)
+    for batches in (first, second):
+        assert sorted(i for b in batches for i in b) == list(range(300))  # every example once
+        assert sorted(len(b) for b in batches)[1:] == [32] * 9  # 9 full batches and 300 - 288 = 12
+    assert second == again  # a seed and an epoch fix the batches
+    assert {frozenset(b) for b in first}.isdisjoint({frozenset(b) for b in second})
+    spread = [max(sizes[b]) - min(sizes[b]) for b in first]
+    assert min(spread) >= 5  # lengths 2..12 mixed in every batch
+
+
+def test_fairseq_batches_keep_their_contents_across_epochs(mixed_copy):
+    first, sizes = train_batches(mixed_copy, [], epoch=1)
+    second, _ = train_batches(mixed_copy, [], epoch=2)
+    assert {frozenset(b) for b in first} == {frozenset(b) for b in second}
+    assert max(max(sizes[b]) - min(sizes[b]) for b in first) <= 2  # about 27 examples a length: 2 or 3 lengths a batch
+
+
+def test_random_batches_refuse_max_tokens(mixed_copy):
+    with pytest.raises(ValueError, match="--random-batches"):
+        args = options.parse_args_and_arch(options.get_training_parser(), [
+            str(mixed_copy), "--arch", "gru_onestep", "--task", "length_generalization", "--max-tokens", "500",
+            "--random-batches", "--user-dir", USER_DIR])
+        task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+        task.load_dataset("train")
+        task.get_batch_iterator(task.dataset("train"), max_tokens=500, seed=1)
