@@ -7,8 +7,11 @@
 
 2. ``fairseq.data.data_utils.batch_by_size`` silently drops the last batch when its size is
    not a multiple of ``--required-batch-size-multiple`` (default 8): up to 7 validation or
-   test examples vanish (fairseq issue #5036).  Exact-match accuracy must count every
-   example, so the remainder is kept as one more batch.
+   test examples vanish (fairseq issue #5036).  fairseq's main branch does this since commit
+   d871f616 (2022-12-12, "data2vec v2.0"), so fairseq-fixed 0.12.3.1 (what this project
+   installs on Python >= 3.11) does; the fairseq 0.12.2 and 0.12.3 releases do not.  Exact-match
+   accuracy must count every example, so where the installed fairseq drops the batch (found
+   by trying it, not by its version string) the remainder is kept as one more batch.
 
 3. ``--log-file``: every progress bar (one per epoch and per validation) adds another file
    handler for the same file, so the n-th epoch's lines are written n times.  One handler
@@ -35,9 +38,17 @@ def allow_fairseq_checkpoints():
         add(SAFE_CLASSES)
 
 
+def drops_last_batch(batch_by_size) -> bool:
+    """Whether ``batch_by_size`` loses examples when the last batch is not a multiple of
+    required_batch_size_multiple (10 examples, batches of at most 8, multiple 8)."""
+    batches = batch_by_size(np.arange(10, dtype=np.int64), None, num_tokens_vec=np.ones(10, dtype=np.int64),
+                            max_sentences=8, required_batch_size_multiple=8)
+    return sum(len(b) for b in batches) < 10
+
+
 def keep_last_batch():
     original = data_utils.batch_by_size
-    if getattr(original, "keeps_last_batch", False):
+    if getattr(original, "keeps_last_batch", False) or not drops_last_batch(original):
         return
 
     @functools.wraps(original)

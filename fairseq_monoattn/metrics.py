@@ -5,7 +5,6 @@ truncation).  Edit distance: NLTK's Levenshtein distance between output and targ
 (EOS excluded), as in the paper's appendix.
 """
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Dict, List, Sequence
 
 import torch
@@ -76,71 +75,3 @@ def summed_ratio(meters, numerator: str, denominator: str, scale: float = 1.0) -
     rounded to 3 decimals as fairseq logs; NaN before anything was counted."""
     total = meters[denominator].sum
     return round(scale * meters[numerator].sum / total, 3) if total > 0 else float("nan")
-
-
-# --- scoring a whole split of a trained checkpoint ------------------------------------
-
-class CheckpointError(ValueError):
-    """A missing checkpoint or data folder, worded for the command line."""
-
-
-def load_checkpoint(checkpoint, data_bin):
-    """(models in eval mode, task, cfg) from a checkpoint through fairseq's own loader, the
-    task reading its dictionaries and splits from ``data_bin``."""
-    from fairseq import checkpoint_utils
-
-    import fairseq_monoattn  # noqa: F401  (registers the plugin before the checkpoint is read)
-
-    checkpoint, data_bin = Path(checkpoint), Path(data_bin)
-    if not checkpoint.is_file():
-        raise CheckpointError(f"checkpoint not found: {checkpoint}")
-    if not data_bin.is_dir():
-        raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
-    if not any(data_bin.glob("dict.*.txt")):
-        raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data_bin)}
-    )
-    for model in models:
-        model.eval()
-    return models, task, cfg
-
-
-def longest_target(dataset) -> int:
-    return int(max(dataset.tgt_sizes))
-
-
-def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
-    """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
-    id, the output length limit used).
-
-    Nothing is filtered or skipped: batches ignore fairseq's position limits, keep the last
-    partial batch, and every example id must come back exactly once.  The output length
-    limit (default: twice the split's longest target plus 10 tokens) is the same for every
-    example; a hypothesis that reaches it is wrong, and it is what edit distance sees.
-    """
-    task.load_dataset(split)
-    dataset = task.dataset(split)
-    if max_output_len is None:
-        max_output_len = 2 * longest_target(dataset) + 10
-    generator = greedy_generator(models, task.target_dictionary, max_len_b=max_output_len)
-    batches = task.get_batch_iterator(
-        dataset=dataset, max_sentences=batch_size, max_positions=None, ignore_invalid_inputs=False,
-        required_batch_size_multiple=1, seed=1, num_workers=0,
-    ).next_epoch_itr(shuffle=False)
-    pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
-    tally, found = Tally(), {}
-    for sample in (progress(batches) if progress else batches):
-        with torch.no_grad():
-            hypotheses = greedy_hypotheses(generator, models, sample)
-        targets = [strip_pad(t, pad) for t in sample["target"]]
-        tally.add(hypotheses, targets, eos)
-        for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
-            if example_id in found:
-                raise RuntimeError(f"{split}: example {example_id} was decoded twice")
-            found[example_id] = hypothesis
-    if len(found) != len(dataset):
-        missing = sorted(set(range(len(dataset))) - set(found))[:10]
-        raise RuntimeError(f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded "
-                           f"(first ids: {missing})")
-    return tally, found, max_output_len

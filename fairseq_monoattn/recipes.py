@@ -9,13 +9,15 @@ halved when greedy valid accuracy has not improved for 4 epochs (fairseq's ``--l
 halves after P + 1 epochs without improvement, hence 3); at most 100 epochs, early stop after
 50 without improvement; checkpoint_best.pt is the epoch with the best greedy valid accuracy.
 Batches are exactly 32 examples (no rounding to multiples of 8) and no example is skipped:
-do not add ``--skip-invalid-size-inputs-valid-test``.
+do not add ``--skip-invalid-size-inputs-valid-test``.  Validation decodes 256 examples at a
+time (``--batch-size-valid``): the model is padding-invariant, so this changes no number,
+only the time.
 """
 from typing import List
 
 OPTIMIZATION = [
     "--optimizer", "adam", "--lr", "1e-3", "--weight-decay", "0", "--clip-norm", "5",
-    "--batch-size", "32", "--required-batch-size-multiple", "1",
+    "--batch-size", "32", "--required-batch-size-multiple", "1", "--batch-size-valid", "256",
 ]
 SCHEDULE = [
     "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "3",
@@ -33,3 +35,18 @@ TEACHER_FORCED_SELECTION: List[str] = [
     "--best-checkpoint-metric", "exact_match", "--maximize-best-checkpoint-metric",
 ]
 PAPER_RECIPE_TEACHER_FORCED: List[str] = OPTIMIZATION + SCHEDULE + TEACHER_FORCED_SELECTION
+
+RECIPES = {"paper": PAPER_RECIPE, "paper-teacher-forced": PAPER_RECIPE_TEACHER_FORCED}
+
+
+def recipe_options(name: str = "paper", max_epoch: int = None, stop_after_perfect: int = 0) -> List[str]:
+    """A named recipe's options, with another epoch budget and the early stop at perfect greedy
+    valid accuracy (``--stop-after-perfect K``, 0 = off) if asked for."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+    options = list(RECIPES[name])
+    if max_epoch is not None:
+        options[options.index("--max-epoch") + 1] = str(max_epoch)
+    if stop_after_perfect:
+        options += ["--stop-after-perfect", str(stop_after_perfect)]
+    return options

@@ -20,9 +20,10 @@ from fairseq.optim.lr_scheduler import build_lr_scheduler
 
 from fairseq_cli_helpers import USER_DIR, copy_examples, generate, train
 from fairseq_monoattn.criterions.sequence_accuracy import SequenceAccuracyCriterion
-from fairseq_monoattn.evaluation import Tally
+from fairseq_monoattn.limits import NO_LENGTH_LIMIT
+from fairseq_monoattn.metrics import Tally
 from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_TEACHER_FORCED
-from preprocess.writer import write_dataset
+from fairseq_monoattn.data.writer import write_dataset
 
 LN2, LN10 = math.log(2), math.log(10)
 
@@ -173,9 +174,9 @@ def logged_stats():
 
 
 SHORT_RUN = ["--arch", "gru_onestep", "--dropout", "0.1", "--optimizer", "adam", "--lr", "0.01",
-             "--batch-size", "16", "--batch-size-valid", "8", "--seed", "1", "--num-workers", "0",
+             "--batch-size", "16", "--seed", "1", "--num-workers", "0",
              "--log-format", "json", "--no-progress-bar"]
-PATIENCE, LR_PATIENCE, MAX_EPOCH = 3, 0, 10
+PATIENCE, LR_PATIENCE, MAX_EPOCH = 3, 0, 6
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +184,7 @@ def greedy_run(tiny_copy, tmp_path_factory):
     """Trained with greedy accuracy driving everything: (save dir, logged stats)."""
     save = tmp_path_factory.mktemp("greedy_run")
     with logged_stats() as stats:
-        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(save),
+        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(save), "--batch-size-valid", "8",
                "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
                "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
                "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5",
@@ -317,13 +318,68 @@ def expected_learning_rates(scores, lr, shrink, patience, threshold=1e-4):
     return rates
 
 
-def test_early_stopping_and_lr_schedule_follow_greedy_accuracy(greedy_run):
-    _, stats = greedy_run
+# Scripted validation: greedy accuracy at each epoch is fixed by the test, so early stopping and
+# the lr schedule are checked against values that do not depend on how training goes here.
+SCRIPTED_CORRECT = [2, 5, 5, 5, 5, 9, 9, 9, 9, 9, 9, 9]  # of 13 valid examples, epoch by epoch
+
+
+@pytest.fixture
+def scripted_accuracy(monkeypatch):
+    """Replace greedy decoding in validation by the counts of SCRIPTED_CORRECT (by epoch)."""
+    from fairseq_monoattn.tasks.length_generalization import LengthGeneralizationTask
+
+    epochs = []
+    original_begin = LengthGeneralizationTask.begin_valid_epoch
+
+    def begin_valid_epoch(self, epoch, model):
+        epochs.append(epoch)
+        return original_begin(self, epoch, model)
+
+    def greedy_tally(self, sample, model):
+        size = len(sample["target"])
+        return Tally(size=size, correct=round(SCRIPTED_CORRECT[epochs[-1] - 1] * size / 13), edit_distance=size)
+
+    monkeypatch.setattr(LengthGeneralizationTask, "begin_valid_epoch", begin_valid_epoch)
+    monkeypatch.setattr(LengthGeneralizationTask, "greedy_tally", greedy_tally)
+    return [100 * c / 13 for c in SCRIPTED_CORRECT]
+
+
+def scripted_run(tiny_copy, save, *extra):
+    with logged_stats() as stats:
+        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(save), "--batch-size-valid", "13",
+               "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
+               "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+               "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", *extra])
+    return stats
+
+
+def test_early_stopping_and_lr_schedule_follow_greedy_accuracy(tiny_copy, tmp_path, scripted_accuracy):
+    stats = scripted_run(tiny_copy, tmp_path, "--lr-patience", "1", "--patience", "4",
+                         "--max-epoch", str(len(SCRIPTED_CORRECT)), "--no-epoch-checkpoints")
     accuracies = valid_values(stats, "accuracy")
-    assert len(accuracies) == expected_stop_epoch(accuracies, PATIENCE, MAX_EPOCH) < MAX_EPOCH
+    assert accuracies == pytest.approx(scripted_accuracy[:len(accuracies)], abs=1e-3)
+    # best 69.2 at epoch 6, then 4 epochs without improvement: stop after epoch 10 of 12
+    assert len(accuracies) == expected_stop_epoch(scripted_accuracy, 4, len(SCRIPTED_CORRECT)) == 10
     used = [float(epoch["train_lr"]) for epoch in stats["train"]]
-    assert used == pytest.approx(expected_learning_rates(accuracies, 0.01, 0.5, LR_PATIENCE))
-    assert min(used) < 0.01  # the schedule did act
+    expected = expected_learning_rates(accuracies, 0.01, 0.5, 1)
+    assert used == pytest.approx(expected)
+    assert expected[:6] == [0.01, 0.01, 0.01, 0.01, 0.005, 0.005]  # halved after 2 epochs at 38.5 after the best
+
+
+def test_stop_after_perfect_counts_validations_at_100(tiny_copy, tmp_path, monkeypatch, scripted_accuracy):
+    monkeypatch.setattr(__name__ + ".SCRIPTED_CORRECT", [4, 13, 12, 13, 13, 13, 13, 13])
+    stats = scripted_run(tiny_copy, tmp_path, "--stop-after-perfect", "3", "--patience", "50", "--max-epoch", "8",
+                         "--no-epoch-checkpoints")
+    # 100 at epoch 2, broken at 3, then 100 at epochs 4, 5 and 6: stop after epoch 6
+    assert valid_values(stats, "accuracy") == pytest.approx([100 * 4 / 13, 100, 100 * 12 / 13, 100, 100, 100],
+                                                            abs=1e-3)
+
+
+def test_stop_after_perfect_needs_accuracy_as_the_metric(tiny_copy):
+    cfg = parsed(tiny_copy, ["--task", "length_generalization", "--criterion", "seq_acc", "--stop-after-perfect", "2",
+                             "--best-checkpoint-metric", "loss"])
+    with pytest.raises(ValueError, match="--stop-after-perfect"):
+        tasks.setup_task(cfg.task)
 
 
 def test_teacher_forced_exact_match_selects_checkpoints_without_decoding(tiny_copy, tmp_path):
@@ -353,7 +409,7 @@ def test_inconsistent_checkpoint_metric_is_refused(tiny_copy, argv, message):
 
 def test_task_never_filters_long_examples_by_default(tiny_copy):
     cfg = parsed(tiny_copy, ["--task", "length_generalization", "--arch", "lstm"])
-    assert (cfg.task.max_source_positions, cfg.task.max_target_positions) == (100_000, 100_000)
+    assert (cfg.task.max_source_positions, cfg.task.max_target_positions) == (NO_LENGTH_LIMIT, NO_LENGTH_LIMIT)
 
 
 def test_paper_recipe_options(tiny_copy):
@@ -361,6 +417,7 @@ def test_paper_recipe_options(tiny_copy):
     assert (cfg.optimizer._name, cfg.optimization.lr, cfg.optimizer.weight_decay) == ("adam", [1e-3], 0)
     assert (cfg.optimization.clip_norm, cfg.dataset.batch_size, cfg.dataset.required_batch_size_multiple) == (5, 32, 1)
     assert (cfg.optimization.max_epoch, cfg.checkpoint.patience) == (100, 50)
+    assert cfg.dataset.batch_size_valid == 256
     assert not cfg.dataset.skip_invalid_size_inputs_valid_test
     assert (cfg.task._name, cfg.task.eval_accuracy, cfg.criterion._name) == ("length_generalization", True, "seq_acc")
     assert (cfg.checkpoint.best_checkpoint_metric, cfg.checkpoint.maximize_best_checkpoint_metric) == ("accuracy", True)

@@ -8,12 +8,22 @@ from fairseq.data import data_utils
 from fairseq.logging import progress_bar
 
 import fairseq_monoattn  # noqa: F401
+from fairseq_monoattn import fairseq_compat
+
+
+def test_the_fix_is_applied_exactly_where_fairseq_drops_the_batch():
+    """fairseq-fixed 0.12.3.1 (installed here on Python >= 3.11) drops the last batch; fairseq
+    0.12.2 does not, and there the plugin leaves batch_by_size alone."""
+    patched = getattr(data_utils.batch_by_size, "keeps_last_batch", False)
+    original = data_utils.batch_by_size.__wrapped__ if patched else data_utils.batch_by_size
+    assert patched == fairseq_compat.drops_last_batch(original)
+    assert not fairseq_compat.drops_last_batch(data_utils.batch_by_size)
 
 
 def test_last_partial_batch_is_kept():
     indices = np.arange(100, dtype=np.int64)
     batches = data_utils.batch_by_size(indices, lambda i: 5, max_sentences=50, required_batch_size_multiple=8)
-    assert [len(b) for b in batches] == [48, 48, 4]  # fairseq 0.12 alone returns [48, 48]
+    assert [len(b) for b in batches] == [48, 48, 4]  # fairseq-fixed 0.12.3.1 alone returns [48, 48]
     assert sorted(np.concatenate(batches).tolist()) == list(range(100))
     sizes = np.full(13, 5, dtype=np.int64)
     batches = data_utils.batch_by_size(np.arange(13, dtype=np.int64), None, num_tokens_vec=sizes,

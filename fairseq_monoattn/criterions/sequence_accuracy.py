@@ -22,7 +22,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from ..evaluation import summed_ratio
+from ..metrics import summed_ratio
 
 # logging-output key -> hidden meter summed over batches (fairseq hides names starting with "_")
 SUMMED_COUNTS = {

@@ -1,28 +1,36 @@
 """``--task length_generalization``: fairseq's translation task (same data layout, same
 options) with defaults that never drop long examples and greedy exact-match validation.
 
-* ``--max-source-positions`` / ``--max-target-positions`` default to 100000 instead of 1024,
+* ``--max-source-positions`` / ``--max-target-positions`` default to no limit instead of 1024,
   so long test inputs are neither filtered (training) nor rejected (validation).
+* ``--stop-after-perfect K`` ends training once greedy valid accuracy has been 100 for K
+  validations in a row (the model can only tie from then on; it keeps CPU sweeps short).
+* ``--random-batches`` draws new random batches of ``--batch-size`` examples (mixed lengths)
+  every epoch, as a plain ``DataLoader(shuffle=True)`` does, instead of fairseq's batches of
+  similar length whose contents stay fixed from epoch to epoch (only their order changes).
 * ``--eval-accuracy`` greedy-decodes every validation batch and logs ``accuracy`` (percent
   of outputs equal to the target, EOS included) and ``edit_distance`` (mean, NLTK), both from
   counts summed over batches and workers.  Select checkpoints on it with
   ``--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric``; checkpoint_best.pt,
   ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.
 """
+import functools
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 from fairseq import utils
+from fairseq.data import iterators
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
-from ..evaluation import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
+from ..limits import NO_LENGTH_LIMIT
+from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 
 logger = logging.getLogger(__name__)
 
-NO_LIMIT = 100_000
 SAMPLES_TO_PRINT = 3
 
 # logging-output key -> hidden meter summed over batches and workers
@@ -34,10 +42,20 @@ MINIMIZED = {"loss", "nll_loss", "ppl", "edit_distance"}
 @dataclass
 class LengthGeneralizationConfig(TranslationConfig):
     max_source_positions: int = field(
-        default=NO_LIMIT, metadata={"help": "max number of tokens in the source sequence"}
+        default=NO_LENGTH_LIMIT, metadata={"help": "max number of tokens in the source sequence"}
     )
     max_target_positions: int = field(
-        default=NO_LIMIT, metadata={"help": "max number of tokens in the target sequence"}
+        default=NO_LENGTH_LIMIT, metadata={"help": "max number of tokens in the target sequence"}
+    )
+    stop_after_perfect: int = field(
+        default=0,
+        metadata={"help": "stop training once greedy valid accuracy has been 100 for this many validations "
+                          "in a row (0: never); needs --best-checkpoint-metric accuracy"},
+    )
+    random_batches: bool = field(
+        default=False,
+        metadata={"help": "training batches: new random draws of --batch-size examples (mixed lengths) every "
+                          "epoch, instead of fairseq's fixed batches of similar length"},
     )
     eval_accuracy: bool = field(
         default=False,
@@ -59,6 +77,39 @@ def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
         raise ValueError(f"--best-checkpoint-metric {metric} needs --maximize-best-checkpoint-metric")
     if metric in MINIMIZED and cfg.maximize_best_checkpoint_metric is True:
         raise ValueError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
+    if cfg.stop_after_perfect and metric != "accuracy":
+        raise ValueError("--stop-after-perfect watches greedy valid accuracy: it needs --eval-accuracy and "
+                         "--best-checkpoint-metric accuracy")
+
+
+PERFECT_ACCURACY = 100.0
+
+
+def stop_after_perfect_validations(count: int) -> None:
+    """Make fairseq-train stop once the best-checkpoint metric (greedy valid accuracy) has been
+    100 for ``count`` validations in a row (0: fairseq's own rule only).  fairseq has no hook for
+    a stopping rule, so its ``should_stop_early`` is wrapped; fairseq's own --patience rule keeps
+    working inside it."""
+    from fairseq_cli import train as train_cli
+
+    original = getattr(train_cli.should_stop_early, "__wrapped__", train_cli.should_stop_early)
+    if not count:
+        train_cli.should_stop_early = original
+        return
+    perfect_in_a_row = [0]
+
+    @functools.wraps(original)
+    def should_stop_early(cfg, valid_loss):
+        stop = original(cfg, valid_loss)
+        if valid_loss is None:
+            return stop
+        perfect_in_a_row[0] = perfect_in_a_row[0] + 1 if valid_loss >= PERFECT_ACCURACY else 0
+        if perfect_in_a_row[0] >= count:
+            logger.info(f"stopping: greedy valid accuracy has been 100 for {count} validations")
+            return True
+        return stop
+
+    train_cli.should_stop_early = should_stop_early
 
 
 def longest_target(sample, pad: int) -> int:
@@ -76,6 +127,7 @@ class LengthGeneralizationTask(TranslationTask):
     @classmethod
     def setup_task(cls, cfg: LengthGeneralizationConfig, **kwargs):
         check_checkpoint_metric(cfg)
+        stop_after_perfect_validations(cfg.stop_after_perfect)
         return super().setup_task(cfg, **kwargs)
 
     def build_model(self, cfg, from_checkpoint=False):
@@ -84,6 +136,34 @@ class LengthGeneralizationTask(TranslationTask):
             # greedy, no minimum length (EOS may come first); max_len_b is set per batch
             self.greedy_generator = greedy_generator([model], self.target_dictionary)
         return model
+
+    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
+                           ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_shards=1,
+                           shard_id=0, num_workers=0, epoch=1, data_buffer_size=0, disable_iterator_cache=False,
+                           **kwargs):
+        if not (self.cfg.random_batches and dataset is self.datasets.get(self.cfg.train_subset)):
+            return super().get_batch_iterator(
+                dataset, max_tokens=max_tokens, max_sentences=max_sentences, max_positions=max_positions,
+                ignore_invalid_inputs=ignore_invalid_inputs, required_batch_size_multiple=required_batch_size_multiple,
+                seed=seed, num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
+                data_buffer_size=data_buffer_size, disable_iterator_cache=disable_iterator_cache, **kwargs)
+        if max_sentences is None or max_tokens is not None:
+            raise ValueError("--random-batches draws --batch-size examples per batch: give --batch-size and "
+                             "no --max-tokens")
+        keep = np.arange(len(dataset))
+        if max_positions is not None:
+            keep = self.filter_indices_by_size(keep, dataset, max_positions, ignore_invalid_inputs)
+
+        def random_batches(dataset, epoch):
+            """A fresh permutation of the training examples for each epoch, cut into batches."""
+            order = keep[np.random.default_rng([seed, epoch]).permutation(len(keep))]
+            return [order[i:i + max_sentences] for i in range(0, len(order), max_sentences)]
+
+        dataset.set_epoch(epoch)
+        return iterators.EpochBatchIterator(
+            dataset=dataset, collate_fn=dataset.collater, batch_sampler=random_batches, seed=seed,
+            num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
+            buffer_size=data_buffer_size)
 
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)

@@ -1,0 +1,160 @@
+"""Scoring a trained checkpoint on whole splits: greedy sequence accuracy, mean edit distance
+and, for models with a direction gate, the gate's value on the split's inputs.
+
+    from fairseq_monoattn.scoring import score
+    results = score("ck/checkpoint_best.pt", "data/bin", ["test15", "test30", "test100"], "scores.json")
+
+The metrics themselves are defined once in :mod:`fairseq_monoattn.metrics`.
+"""
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from .metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad
+
+# The direction gate mixes the encodings the cross-attention reads (its keys and values).
+GATE_APPLIES_TO = "cross-attention keys and values: g * e + (1 - g) * reverse(e)"
+
+
+class CheckpointError(ValueError):
+    """A missing checkpoint or data folder, worded for the command line."""
+
+
+def load_checkpoint(checkpoint, data_bin):
+    """(models in eval mode, task, cfg) from a checkpoint through fairseq's own loader, the
+    task reading its dictionaries and splits from ``data_bin``."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_monoattn  # noqa: F401  (registers the plugin before the checkpoint is read)
+
+    checkpoint, data_bin = Path(checkpoint), Path(data_bin)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"checkpoint not found: {checkpoint}")
+    if not data_bin.is_dir():
+        raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
+    if not any(data_bin.glob("dict.*.txt")):
+        raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data_bin)}
+    )
+    for model in models:
+        model.eval()
+    return models, task, cfg
+
+
+class GateTally:
+    """Direction-gate values of every example of a split (sums, so batches add up)."""
+
+    def __init__(self):
+        self.values: List[float] = []
+
+    def add(self, model, sample) -> None:
+        gate_of = getattr(model, "direction_gate", None)
+        gates = gate_of(**{k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}) if gate_of else None
+        if gates is not None:
+            self.values.extend(gates.tolist())
+
+    def as_dict(self) -> Optional[Dict[str, object]]:
+        if not self.values:
+            return None
+        values = self.values
+        return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
+                "forward_share": sum(v > 0.5 for v in values) / len(values), "applies_to": GATE_APPLIES_TO}
+
+
+def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
+    """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
+    id, the output length limit used, the direction gate's statistics or None).
+
+    Nothing is filtered or skipped: batches ignore fairseq's position limits, keep the last
+    partial batch, and every example id must come back exactly once.  The output length
+    limit (default: twice the split's longest target plus 10 tokens) is the same for every
+    example; a hypothesis that reaches it is wrong, and it is what edit distance sees.
+    """
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    if max_output_len is None:
+        max_output_len = 2 * int(max(dataset.tgt_sizes)) + 10
+    generator = greedy_generator(models, task.target_dictionary, max_len_b=max_output_len)
+    batches = task.get_batch_iterator(
+        dataset=dataset, max_sentences=batch_size, max_positions=None, ignore_invalid_inputs=False,
+        required_batch_size_multiple=1, seed=1, num_workers=0,
+    ).next_epoch_itr(shuffle=False)
+    pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
+    tally, gates, found = Tally(), GateTally(), {}
+    for sample in (progress(batches) if progress else batches):
+        with torch.no_grad():
+            hypotheses = greedy_hypotheses(generator, models, sample)
+            gates.add(models[0], sample)
+        targets = [strip_pad(t, pad) for t in sample["target"]]
+        tally.add(hypotheses, targets, eos)
+        for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
+            if example_id in found:
+                raise RuntimeError(f"{split}: example {example_id} was decoded twice")
+            found[example_id] = hypothesis
+    if len(found) != len(dataset):
+        missing = sorted(set(range(len(dataset))) - set(found))[:10]
+        raise RuntimeError(f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded "
+                           f"(first ids: {missing})")
+    return tally, found, max_output_len, gates.as_dict()
+
+
+def write_json_atomic(path: Path, value) -> None:
+    """Write JSON through a temporary sibling and a rename: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(value, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, predictions=False, force=False):
+    """Score ``splits`` of ``checkpoint`` and write ``out`` (JSON; never over an existing file
+    unless ``force``).  Returns {split: {size, correct, accuracy, mean_edit_distance, ...}}."""
+    from tqdm import tqdm
+
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # data-loading chatter per split
+    out = Path(out)
+    if out.exists() and not force:
+        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    models, task, _cfg = load_checkpoint(checkpoint, data)
+    results = {}
+    for split in splits:
+        start = time.time()
+
+        def bar(batches):
+            return tqdm(batches, desc=f"decoding {split}", leave=False, file=sys.stderr,
+                        disable=not sys.stderr.isatty())
+
+        tally, hypotheses, limit, gate = score_split(models, task, split, batch_size, max_output_len, progress=bar)
+        results[split] = dict(tally.as_dict(), max_output_len=limit, direction_gate=gate,
+                              seconds=round(time.time() - start, 1))
+        if predictions:
+            lines = [task.target_dictionary.string(hypotheses[i]) for i in range(len(hypotheses))]
+            (out.parent / f"{out.stem}.{split}.txt").write_text("".join(line + "\n" for line in lines))
+    write_json_atomic(out, {"checkpoint": str(checkpoint), "data": str(data), "decoding": "greedy",
+                            "splits": results})
+    return results
+
+
+def table(scores) -> str:
+    """A Markdown table of score()'s results, with the direction gate where there is one."""
+    gated = any(s.get("direction_gate") for s in scores.values())
+    rows = ["| split | size | accuracy % | mean edit distance |" + (" direction gate g (mean; forward share) |"
+                                                                   if gated else ""),
+            "| --- | ---: | ---: | ---: |" + (" ---: |" if gated else "")]
+    for split, s in scores.items():
+        row = f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} |"
+        if gated:
+            gate = s.get("direction_gate")
+            row += f" {gate['mean']:.3f}; {100 * gate['forward_share']:.0f}% |" if gate else " |"
+        rows.append(row)
+    if gated:
+        rows.append(f"\nThe direction gate applies to the {GATE_APPLIES_TO} (g = 1: forward, 0: reversed).")
+    return "\n".join(rows)
