@@ -11,12 +11,16 @@
 The output is decoded greedily with fairseq's SequenceGenerator (beam 1); the attention
 then comes from ONE teacher-forced forward pass on [</s>] + output, i.e. the decoder's
 ``extra["attention"]``: row t is the attention used to produce output token t, over the
-wrapped source [START, x_1 .. x_n, </s>, END] (fairseq's source EOS is a real position).
+positions the encoder made of the source: [START, x_1 .. x_n, </s>, END] by default
+(fairseq's source EOS is a real position), [START, x_1 .. x_n, END] for a model trained
+with ``--source-eos False`` (``model.encoder.keep_source_eos``), whose matrix then has
+n + 2 columns and whose source labels have no </s>.
 
 With a direction gate (``gru_onestep``, ``gru_monoattn``, ``gru_birelative``, ...) the
-columns are positions of g * e + (1 - g) * reverse(e); ``direction`` holds g, so a picture
-can say which way the columns read (g near 1: left to right, near 0: reversed);
-``attended_labels`` gives the column labels in the order the columns actually read.
+columns are positions of g * e + (1 - g) * reverse(e); ``direction`` holds g (the decoder's
+``extra["direction"]`` from the same pass), so a picture can say which way the columns read
+(g near 1: left to right, near 0: reversed); ``attended_labels`` gives the column labels in
+the order the columns actually read.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +30,8 @@ import numpy as np
 import torch
 
 
-from . import evaluation
-from .evaluation import greedy_generator, greedy_hypotheses  # importing this package registered the models
-from .models.gru_seq2seq import encoder_rows
+from . import scoring
+from .metrics import greedy_generator, greedy_hypotheses  # importing this package registered the models
 
 START_LABEL, END_LABEL = "START", "END"
 
@@ -47,7 +50,7 @@ class LoadedModel:
 
 @dataclass
 class AttentionMap:
-    source_labels: List[str]  # START, source tokens, </s>, END
+    source_labels: List[str]  # START, source tokens, </s> (if the model keeps it), END
     output_labels: List[str]  # output tokens, </s> included
     matrix: np.ndarray  # (len(output_labels), len(source_labels)) attention weights
     hypothesis: str  # output tokens without </s>
@@ -72,8 +75,8 @@ class AttentionMap:
 def load_checkpoint(checkpoint, data) -> LoadedModel:
     """A checkpoint through fairseq's own loader, with its task reading dictionaries from ``data``."""
     try:
-        models, task, cfg = evaluation.load_checkpoint(checkpoint, data)
-    except evaluation.CheckpointError as error:
+        models, task, cfg = scoring.load_checkpoint(checkpoint, data)
+    except scoring.CheckpointError as error:
         raise AttentionMapError(str(error)) from None
     return LoadedModel(models[0], task, architecture_name(cfg), Path(checkpoint))
 
@@ -118,28 +121,26 @@ def greedy_output(loaded: LoadedModel, src_ids: torch.Tensor, max_len_a: float, 
 
 
 def teacher_forced(model, src_ids: torch.Tensor, output_ids: torch.Tensor):
-    """One forward pass on prev = [</s>] + output[:-1] -> (attention (T, n+2), logits (T, V), gate)."""
+    """One forward pass on prev = [</s>] + output[:-1] -> (attention (T, positions), logits (T, V),
+    direction gate g or None); positions = START, the tokens the encoder keeps, END."""
     eos = model.decoder.dictionary.eos()
     prev = torch.cat([torch.tensor([eos]), output_ids[:-1]]).unsqueeze(0)
     inputs = net_input(src_ids)
     with torch.no_grad():
         encoder_out = model.encoder(**inputs)
         logits, extra = model.decoder(prev, encoder_out)
-        gate = direction_gate(model, encoder_out)
-    width = src_ids.numel() + 2  # START and END around the tokens (</s> included)
+    width = int(encoder_out["lengths"][0])  # the encoder's own count: START and END included
+    direction = extra.get("direction")
+    gate = None if direction is None else float(direction[0])
     return extra["attention"][0, :, :width], logits[0], gate
 
 
-def direction_gate(model, encoder_out) -> Optional[float]:
-    """g of the direction gate for this source, or None if the model has no gate."""
-    attention = model.decoder.attention
-    if attention.direction_gate is None:
-        return None
-    summary = encoder_rows(encoder_out, "summary")
-    _, gate = attention.direction_gate(
-        encoder_rows(encoder_out, "encodings"), summary[-1], encoder_rows(encoder_out, "lengths")
-    )
-    return float(gate[0])
+def source_labels(model, dictionary, src_ids: torch.Tensor) -> List[str]:
+    """Labels of the encoder's positions: START, the tokens, </s> unless the model drops it, END."""
+    tokens = labels(dictionary, src_ids)
+    if not model.encoder.keep_source_eos:
+        tokens = tokens[:-1]  # encode() ends src_ids with </s>
+    return [START_LABEL, *tokens, END_LABEL]
 
 
 def attention_map(loaded: LoadedModel, source: str, target: Optional[str] = None,
@@ -158,7 +159,7 @@ def attention_map(loaded: LoadedModel, source: str, target: Optional[str] = None
     eos_forced = target is None and int(logits[-1].argmax()) != tgt_dict.eos()
     output_labels = labels(tgt_dict, output_ids)
     return AttentionMap(
-        source_labels=[START_LABEL, *labels(src_dict, src_ids), END_LABEL],
+        source_labels=source_labels(loaded.model, src_dict, src_ids),
         output_labels=output_labels,
         matrix=attention.numpy(),
         hypothesis=" ".join(output_labels[:-1]),

@@ -1,6 +1,7 @@
 """Attention pictures: the library's matrix and labels, the PNG command, and the diagonal
 that a trained OneStep model draws on Copy."""
-import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,23 +10,15 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 from PIL import Image
 
-from fairseq_cli_helpers import REPO, train, write_copy_dataset
-from fairseq_monoattn.attention_maps import AttentionMapError, attention_map, load_checkpoint
+from fairseq_cli_helpers import train, write_copy_dataset
+from fairseq_monoattn import attention_plots as plot_attention
+from fairseq_monoattn.attention_maps import AttentionMapError, LoadedModel, attention_map, load_checkpoint
+from model_helpers import build, digit_dictionary
 
 HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
 TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--seed", "1",
          "--no-progress-bar", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
          "--no-save-optimizer-state"]
-
-
-def load_cli():
-    spec = importlib.util.spec_from_file_location("plot_attention", REPO / "examples" / "plot_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plot_attention = load_cli()
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +126,62 @@ def test_onestep_trained_on_copy_attends_along_the_diagonal(onestep):
     steps = result.matrix.argmax(axis=1)
     assert (np.diff(steps) > 0).all(), steps  # strictly forward
     assert steps.tolist() == list(range(1, len(HELD_OUT.split()) + 2))  # x_1 .. x_n, then </s>
+
+
+def built(arch, seed=0, **options):
+    """An untrained model of ``arch`` over the digits, wrapped as load_checkpoint returns it."""
+    dictionary = digit_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return LoadedModel(build(arch, dictionary, seed=seed, **options), task, arch, Path("unsaved.pt"))
+
+
+def test_without_source_eos_the_columns_have_no_eos():
+    """--source-eos False: the encoder drops fairseq's </s>, and so do the labels and the matrix."""
+    with_eos = attention_map(built("gru_onestep", seed=2), "4 7 9 8", target="4 7 9 8")
+    loaded = built("gru_onestep", seed=2, source_eos=False)
+    assert not loaded.model.encoder.keep_source_eos
+    result = attention_map(loaded, "4 7 9 8", target="4 7 9 8")
+    assert with_eos.source_labels == ["START", "4", "7", "9", "8", "</s>", "END"]
+    assert result.source_labels == ["START", "4", "7", "9", "8", "END"]
+    assert result.matrix.shape == (5, 6) and with_eos.matrix.shape == (5, 7)
+    assert len(result.attended_labels) == result.matrix.shape[1]
+    np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-5)
+    # the model's own attention in a batch with a longer source: no column past END carries weight
+    d = loaded.task.source_dictionary
+    sources = [d.encode_line(s, add_if_not_exist=False).long() for s in ("4 7 9 8", "1 2 3 4 5 6 7 8")]
+    prev = torch.tensor([[d.eos()] + [d.index(t) for t in "4 7 9 8".split()]] * 2)
+    src_tokens = data_utils.collate_tokens(sources, d.pad(), left_pad=True)
+    with torch.no_grad():
+        _, extra = loaded.model(src_tokens, torch.tensor([len(s) for s in sources]), prev)
+    np.testing.assert_allclose(result.matrix, extra["attention"][0, :, :6].numpy(), atol=1e-6)
+    np.testing.assert_allclose(extra["attention"][0, :, 6:].numpy(), 0.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_direction_is_the_models_direction_gate(seed):
+    """``direction`` is g of model.direction_gate for the same source (the decoder's extra["direction"])."""
+    loaded = built("gru_onestep", seed=seed)
+    result = attention_map(loaded, "5 2 8 8 1", target="5 2 8 8 1")
+    src = loaded.task.source_dictionary.encode_line("5 2 8 8 1", add_if_not_exist=False).long().unsqueeze(0)
+    with torch.no_grad():
+        gate = loaded.model.direction_gate(src, torch.tensor([src.size(1)]))
+    assert gate.shape == (1,)
+    assert result.direction == pytest.approx(float(gate[0]), abs=1e-6)
+    assert result.reads_reversed == (float(gate[0]) < 0.5)
+
+
+def test_trained_direction_is_the_models_direction_gate(onestep):
+    result = attention_map(onestep, HELD_OUT)
+    src = onestep.task.source_dictionary.encode_line(HELD_OUT, add_if_not_exist=False).long().unsqueeze(0)
+    with torch.no_grad():
+        gate = onestep.model.direction_gate(src, torch.tensor([src.size(1)]))
+    assert result.direction == pytest.approx(float(gate[0]), abs=1e-6)
+
+
+def test_no_direction_without_a_gate():
+    result = attention_map(built("gru_content"), "4 7 9 8", target="4 7")
+    assert result.direction is None and not result.reads_reversed
+    assert result.attended_labels == result.source_labels
 
 
 # -- the command -----------------------------------------------------------------------------

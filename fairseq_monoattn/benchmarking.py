@@ -1,0 +1,188 @@
+"""Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
+
+    python examples/benchmark.py [--updates 300] [--archs gru_content gru_onestep ...]
+
+Training: each model trains for a fixed number of updates on the Copy train split
+(batch 32, Adam) through ``fairseq-train`` in its own process, interleaved with runs of the
+built-in ``lstm`` (bidirectional encoder 64, decoder 128, embeddings 64, shared output
+embedding).  Words per second is the median of fairseq's own ``wps`` over the logged
+intervals after the first; peak memory is the process's maximum resident set size.  Ratios
+are against the lstm runs of this same invocation, so the machine's speed cancels out.
+
+Decoding: greedy decoding of 32 random digit strings of length 15, 100 and 500, forced to
+emit exactly that many tokens, timed per output token (time / (sentences x steps)).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from fairseq.data import Dictionary, data_utils
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.sequence_generator import SequenceGenerator
+
+from .data.prepare import prepare
+from .models.presets import PRESETS  # importing this package registered the architectures
+
+PLUGIN_DIR = Path(__file__).resolve().parent  # the fairseq_monoattn package, for --user-dir
+
+LSTM_ARGS = ("--arch lstm --encoder-bidirectional --encoder-embed-dim 64 --encoder-hidden-size 64 "
+             "--encoder-layers 1 --decoder-embed-dim 64 --decoder-hidden-size 128 --decoder-layers 1 "
+             "--decoder-out-embed-dim 64 --share-decoder-input-output-embed --dropout 0.5").split()
+
+
+def all_presets():
+    """The names of every preset, in their registry order."""
+    return list(PRESETS)
+
+
+def ensure_copy_data(root: Path) -> Path:
+    """The binarized Copy data (seed 1) under ``root``, prepared on first use."""
+    data = root / "copy"
+    if not (data / "manifest.json").exists():
+        prepare("copy", data, seed=1)
+    return data / "bin"
+
+
+# -- training ----------------------------------------------------------------------------
+
+def train_once(data_bin: Path, model_args, updates: int, interval: int):
+    """Run fairseq-train in a child process; return (median wps, peak RSS in MiB)."""
+    command = [sys.executable, "-m", "fairseq_cli.train", str(data_bin), "--user-dir", str(PLUGIN_DIR),
+               *model_args, "--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32",
+               "--max-update", str(updates), "--disable-validation", "--no-save", "--no-progress-bar",
+               "--log-format", "json", "--log-interval", str(interval), "--seed", "1",
+               "--required-batch-size-multiple", "1"]
+    with tempfile.TemporaryFile("w+") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+        log.seek(0)
+        text = log.read()
+    if status != 0:
+        raise SystemExit(f"fairseq-train failed for {' '.join(model_args)}:\n{text[-3000:]}")
+    wps = [float(json.loads(line[line.index("{"):])["wps"]) for line in text.splitlines()
+           if "train_inner" in line and "{" in line]
+    if len(wps) < 2:
+        raise SystemExit(f"too few logged intervals ({len(wps)}); raise --updates")
+    return statistics.median(wps[1:]), usage.ru_maxrss / 1024
+
+
+# -- decoding ----------------------------------------------------------------------------
+
+def digit_dictionary():
+    """A fairseq Dictionary of the ten digits (after the special symbols)."""
+    dictionary = Dictionary()
+    for digit in "0123456789":
+        dictionary.add_symbol(digit)
+    return dictionary
+
+
+def build_preset(arch: str, dictionary, seed: int = 0):
+    """Model ``arch`` with its default options over ``dictionary`` (source and target), in eval mode."""
+    args = argparse.Namespace(arch=arch)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    task = argparse.Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    torch.manual_seed(seed)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+
+
+def random_digits(generator, count: int, low: int, high: int):
+    """``count`` lists of ``low``..``high`` random digits (as strings), drawn from ``generator``."""
+    lengths = torch.randint(low, high + 1, (count,), generator=generator).tolist()
+    return [[str(d) for d in torch.randint(0, 10, (n,), generator=generator).tolist()] for n in lengths]
+
+
+def source_batch(dictionary, sources):
+    """A fairseq sample of token lists, each ending in </s>, left-padded as fairseq's translation task pads."""
+    src = [torch.tensor([dictionary.index(t) for t in tokens] + [dictionary.eos()]) for tokens in sources]
+    return {
+        "id": torch.arange(len(src)),
+        "net_input": {
+            "src_tokens": data_utils.collate_tokens(src, dictionary.pad(), left_pad=True),
+            "src_lengths": torch.tensor([len(s) for s in src]),
+        },
+        "nsentences": len(src),
+    }
+
+
+def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, repeats=2):
+    """Seconds per output token of greedy decoding, forced to exactly `length` steps."""
+    d = digit_dictionary()
+    model = build_preset(arch, d, seed=0)
+    g = torch.Generator().manual_seed(0)
+    result = {}
+    with torch.no_grad():  # warm-up: the first decoding of a process pays one-time costs
+        SequenceGenerator([model], d, beam_size=1, max_len_b=5).generate([model], source_batch(d, [["1", "2"]]))
+    for length in lengths:
+        sample = source_batch(d, random_digits(g, sentences, length, length))
+        generator = SequenceGenerator([model], d, beam_size=1, max_len_a=0, max_len_b=length, min_len=length)
+        best = float("inf")
+        with torch.no_grad():
+            for _ in range(repeats):
+                start = time.perf_counter()
+                generator.generate([model], sample)
+                best = min(best, time.perf_counter() - start)
+        result[length] = best / (sentences * (length + 1))
+    return result
+
+
+# -- command line ------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    """The benchmark's options."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--archs", nargs="+", default=None, help="presets to measure (default: all)")
+    parser.add_argument("--updates", type=int, default=300, help="training updates per run")
+    parser.add_argument("--interval", type=int, default=50, help="fairseq log interval (updates)")
+    parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark", help="where Copy data is prepared")
+    parser.add_argument("--skip-decoding", action="store_true")
+    parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--decode-sentences", type=int, default=32, help="sentences decoded together")
+    return parser.parse_args(argv)
+
+
+def print_table(archs, lstm_runs, rows, decoding, decode_sentences: int):
+    """The Markdown table of the README: training against the lstm runs, then decoding."""
+    print()
+    print(f"| model | words/s | vs lstm | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
+          f"  (decoding {decode_sentences} sentences at a time)")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lstm_wps = statistics.median(r[0] for r in lstm_runs) if lstm_runs else None
+    if lstm_runs:
+        print(f"| lstm (fairseq, {len(lstm_runs)} runs) | {lstm_wps:.0f} | 1.00 | {max(r[1] for r in lstm_runs):.0f} | | | | |")
+    trained = {arch: (wps, rss) for arch, wps, rss in rows}
+    for arch in archs:
+        cells = ["", "", "", ""]
+        if arch in decoding:
+            per = decoding[arch]
+            cells = [f"{per[15] * 1e3:.3f}", f"{per[100] * 1e3:.3f}", f"{per[500] * 1e3:.3f}", f"{per[500] / per[15]:.2f}"]
+        wps, rss = trained.get(arch, (None, None))
+        train_cells = [f"{wps:.0f}", f"{wps / lstm_wps:.2f}", f"{rss:.0f}"] if wps else ["", "", ""]
+        print(f"| {arch} | " + " | ".join(train_cells + cells) + " |")
+
+
+def main(argv=None):
+    """Train and decode each preset as the module docstring says, printing a Markdown table."""
+    args = parse_args(argv)
+    archs = args.archs or all_presets()
+    lstm_runs, rows = [], []
+    if not args.skip_training:
+        data_bin = ensure_copy_data(args.data)
+        print(f"training: {args.updates} updates, batch 32, Copy train split; torch threads: default", flush=True)
+    for arch in ([] if args.skip_training else archs):
+        lstm_runs.append(train_once(data_bin, LSTM_ARGS, args.updates, args.interval))
+        wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
+        reference = statistics.median(r[0] for r in lstm_runs)
+        rows.append((arch, wps, rss))
+        print(f"  {arch:<28} {wps:9.0f} wps ({wps / reference:4.2f}x lstm)  peak {rss:6.0f} MiB", flush=True)
+    decoding = {}
+    if not args.skip_decoding:
+        for arch in archs:
+            decoding[arch] = decode_speed(arch, sentences=args.decode_sentences)
+    print_table(archs, lstm_runs, rows, decoding, args.decode_sentences)
