@@ -15,7 +15,7 @@ $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)" cython numpy setuptools wheel
 	$(PY) -m pip install --quiet --no-build-isolation "$(FAIRSEQ)"
-	$(PY) -m pip install --quiet -e ".[test,plots]"
+	$(PY) -m pip install --quiet -e ".[test,plots,slurm]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -2,11 +2,25 @@ from setuptools import find_packages, setup
 
 setup(
     name="fairseq-monoattn",
-    version="0.1.0",
+    version="0.2.0",
     description="Monotonic location attention for length generalisation (ICML 2023) as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*"]),
+    package_data={"fairseq_monoattn.data": ["files/**/*"]},
+    include_package_data=True,
+    entry_points={
+        "console_scripts": [
+            "fairseq-monoattn-prepare = fairseq_monoattn.cli:prepare_main",
+            "fairseq-monoattn-lookup-tables = fairseq_monoattn.data.lookup:main",
+            "fairseq-monoattn-score = fairseq_monoattn.cli:score_main",
+            "fairseq-monoattn-compare = fairseq_monoattn.cli:compare_main",
+            "fairseq-monoattn-run = fairseq_monoattn.cli:run_main",
+            "fairseq-monoattn-sweep = fairseq_monoattn.cli:sweep_main",
+            "fairseq-monoattn-aggregate = fairseq_monoattn.cli:aggregate_main",
+            "fairseq-monoattn-plot-attention = fairseq_monoattn.attention_plots:main",
+        ],
+    },
     python_requires=">=3.8",
     install_requires=[
         # fairseq 0.12.2 does not build on Python >= 3.11; fairseq-fixed is the same code, patched.
@@ -20,5 +34,6 @@ setup(
     extras_require={
         "test": ["pytest>=7"],
         "plots": ["matplotlib>=3.5"],
+        "slurm": ["submitit>=1.4"],
     },
 )

@@ -11,8 +11,9 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_cli import generate as generate_cli
 from fairseq_cli import train as train_cli
 
-REPO = Path(__file__).resolve().parents[1]
-USER_DIR = str(REPO / "fairseq_monoattn")
+import fairseq_monoattn
+
+USER_DIR = str(Path(fairseq_monoattn.__file__).resolve().parent)
 BIN = Path(sys.executable).parent
 
 
@@ -67,7 +68,7 @@ def write_copy_dataset(out: Path, sizes, seed: int = 0) -> Path:
     """A small prepared Copy data set: sizes maps split -> (examples, shortest, longest)."""
     import random
 
-    from preprocess.writer import write_dataset
+    from fairseq_monoattn.data.writer import write_dataset
 
     rng = random.Random(seed)
     write_dataset({split: copy_examples(rng, *size) for split, size in sizes.items()}, out, "copy", seed=seed)
@@ -75,8 +76,8 @@ def write_copy_dataset(out: Path, sizes, seed: int = 0) -> Path:
 
 
 def copy_examples(rng, count, low, high):
-    """`count` Copy examples of `low`..`high` random digits (preprocess.common.Example)."""
-    from preprocess.common import Example
+    """`count` Copy examples of `low`..`high` random digits (fairseq_monoattn.data.common.Example)."""
+    from fairseq_monoattn.data.common import Example
 
     out = []
     for _ in range(count):

@@ -13,7 +13,7 @@ import torch
 
 import fairseq_monoattn  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights_only loading)
 from fairseq_cli_helpers import USER_DIR, copy_examples
-from preprocess.writer import write_dataset
+from fairseq_monoattn.data.writer import write_dataset
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 VALID_SIZE = 13

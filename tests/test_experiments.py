@@ -1,17 +1,23 @@
-"""Scoring, the experiment runner and the aggregated tables."""
+"""Scoring, runs with records, the local and submitit launchers, resuming, the comparison of
+option sets and the aggregated tables."""
 import json
+import os
+import re
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
-from fairseq_cli_helpers import REPO, write_copy_dataset
-from fairseq_monoattn.evaluation import Tally, edit_distance, is_exact_match
-
-sys.path.insert(0, str(REPO / "examples"))
-import aggregate  # noqa: E402
-import run_experiment  # noqa: E402
+from fairseq_cli_helpers import write_copy_dataset
+from fairseq_monoattn.experiments import aggregate, compare, launch
+from fairseq_monoattn.experiments.runs import RunError, RunSpec, load_records, run
+from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match
+from fairseq_monoattn.scoring import CheckpointError, score
 
 EOS = 2
+TINY = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid": (5, 3, 5)}
 
 
 def test_tally_on_hand_made_hypotheses():
@@ -33,72 +39,173 @@ def test_tally_on_hand_made_hypotheses():
     assert tally.accuracy == pytest.approx(100 / 6) and tally.mean_edit_distance == 1.5
 
 
+def tiny_spec(seed=3, task="copy", arch="gru_onestep", max_epoch=2, **kw):
+    return RunSpec(task=task, arch=arch, seed=seed, max_epoch=max_epoch, **kw)
+
+
+def with_tiny_data(work, *specs):
+    """Put a tiny prepared data set where each spec looks for its task's data."""
+    for spec in specs:
+        if not (spec.data_dir(work) / "manifest.json").exists():
+            write_copy_dataset(spec.data_dir(work), TINY, seed=spec.data_seed)
+    return specs
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """A runs folder whose copy data is a tiny prepared set (13 test examples: not a multiple of 8)."""
-    root = tmp_path_factory.mktemp("runs")
-    sizes = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid": (5, 3, 5)}
-    write_copy_dataset(root / "copy" / "data", sizes, seed=1)
-    return root
+def finished(tmp_path_factory):
+    """One finished tiny run: (work, results, spec, record)."""
+    root = tmp_path_factory.mktemp("experiments")
+    work, results = root / "work", root / "results"
+    (spec,) = with_tiny_data(work, tiny_spec())
+    record = run(spec, work, results)
+    return work, results, spec, record
 
 
-def runner_args(runs, *extra):
-    return ["copy", "--arch", "gru_onestep", "--seeds", "3", "--runs", str(runs), "--max-epoch", "2", *extra]
+def test_a_run_trains_scores_and_records(finished):
+    work, results, spec, record = finished
+    assert spec.record_path(results) == results / "copy" / "gru_onestep" / "default" / "seed3.json"
+    assert json.loads(spec.record_path(results).read_text()) == record
+    assert {s: v["size"] for s, v in record["splits"].items()} == {"test9": 13, "test_iid": 5}
+    assert record["epochs_run"] == 2 and len(record["valid_accuracy"]) == 2
+    assert record["best_valid_accuracy"] == max(record["valid_accuracy"])
+    assert set(record["direction_gate"]) == {"test9", "test_iid"}
+    assert 0.0 <= record["direction_gate"]["test9"] <= 1.0
+    assert "--max-epoch" in record["train_options"] and record["train_options"][
+        record["train_options"].index("--max-epoch") + 1] == "2"
+    assert (spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt").is_file()
 
 
-def test_runner_trains_scores_resumes_and_never_overwrites(runs, capsys):
-    run_experiment.main(runner_args(runs))
-    run_dir = runs / "copy" / "gru_onestep" / "seed3"
-    scores = json.loads((run_dir / "scores.json").read_text())
-    assert {s: v["size"] for s, v in scores["splits"].items()} == {"test9": 13, "test_iid": 5}
-    assert (run_dir / "checkpoints" / "checkpoint_best.pt").is_file()
-    assert "end of epoch 2" in (run_dir / "train.log").read_text()
-    before = (run_dir / "scores.json").stat().st_mtime_ns
-    run_experiment.main(runner_args(runs))  # finished: skipped, untouched
-    assert "done already" in capsys.readouterr().out
-    assert (run_dir / "scores.json").stat().st_mtime_ns == before
-    # a run folder started with other options is refused, nothing changes
-    (run_dir / "scores.json").rename(run_dir / "scores.moved")
-    with pytest.raises(SystemExit, match="other options"):
-        run_experiment.main(runner_args(runs, "--", "--lr", "5e-4"))
-    assert not (run_dir / "scores.json").exists()
-    (run_dir / "scores.moved").rename(run_dir / "scores.json")
+def test_a_recorded_run_is_skipped_and_another_variant_under_its_name_refused(finished):
+    work, results, spec, record = finished
+    path = spec.record_path(results)
+    before = path.stat().st_mtime_ns
+    assert run(spec, work, results) == record
+    assert path.stat().st_mtime_ns == before
+    changed = RunSpec(**{**spec.__dict__, "options": ("--lr", "5e-4")})
+    with pytest.raises(RunError, match="another run"):
+        run(changed, work, results)
+    # and a run folder started with another command is refused, nothing changes
+    path.rename(path.with_suffix(".moved"))
+    try:
+        with pytest.raises(RunError, match="another command"):
+            run(changed, work, results)
+        assert not path.exists()
+    finally:
+        path.with_suffix(".moved").rename(path)
 
 
-def test_score_counts_every_example_and_matches_generated_text(runs, tmp_path):
-    sys.path.insert(0, str(REPO / "examples"))
-    import score
-
-    checkpoint = runs / "copy" / "gru_onestep" / "seed3" / "checkpoints" / "checkpoint_best.pt"
-    if not checkpoint.exists():
-        run_experiment.main(runner_args(runs))
+def test_score_counts_every_example_and_matches_written_predictions(finished, tmp_path):
+    work, _, spec, _ = finished
+    checkpoint = spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt"
+    data = spec.data_dir(work)
     out = tmp_path / "s.json"
-    results = score.score(checkpoint, runs / "copy" / "data" / "bin", ["test9"], out, batch_size=8, predictions=True)
+    results = score(checkpoint, data / "bin", ["test9"], out, batch_size=8, predictions=True)
     hypotheses = (tmp_path / "s.test9.txt").read_text().splitlines()
-    targets = (runs / "copy" / "data" / "raw" / "test9.tgt").read_text().splitlines()
+    targets = (data / "raw" / "test9.tgt").read_text().splitlines()
     assert len(hypotheses) == 13
-    correct = sum(h == t for h, t in zip(hypotheses, targets))
-    assert results["test9"]["correct"] == correct and results["test9"]["size"] == 13
-    with pytest.raises(SystemExit, match="exists"):
-        score.score(checkpoint, runs / "copy" / "data" / "bin", ["test9"], out)
+    assert results["test9"]["correct"] == sum(h == t for h, t in zip(hypotheses, targets))
+    assert results["test9"]["direction_gate"]["applies_to"].startswith("cross-attention keys and values")
+    with pytest.raises(CheckpointError, match="exists"):
+        score(checkpoint, data / "bin", ["test9"], out)
 
 
-def write_scores(root, task, arch, seed, splits):
-    folder = root / task / arch / f"seed{seed}"
-    folder.mkdir(parents=True)
-    (folder / "scores.json").write_text(json.dumps({"splits": {
-        s: {"accuracy": a, "mean_edit_distance": e} for s, (a, e) in splits.items()}}))
+def test_local_launcher_runs_what_is_missing_once(tmp_path):
+    work, results = tmp_path / "work", tmp_path / "results"
+    specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
+    committed = []
+    outcome = launch.run_local(specs, work, results, jobs=2, on_record=lambda s, p: committed.append(p),
+                               log=lambda line: None)
+    assert outcome == {s.key: "ok" for s in specs}
+    assert sorted(committed) == sorted(s.record_path(results) for s in specs)
+    stamps = [s.record_path(results).stat().st_mtime_ns for s in specs]
+    lines = []
+    assert launch.run_local(specs, work, results, jobs=2, log=lines.append) == outcome
+    assert lines == ["2/2 runs done, 0 running, 0 left"]  # nothing ran
+    assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
 
 
-def test_aggregate_medians_and_mean_std(tmp_path):
-    for seed, (a15, a100) in zip([1, 2, 3], [(100, 90), (50, 0), (99, 98)]):
-        write_scores(tmp_path, "recopy", "gru_onestep", seed, {"test100": (a100, 1.0), "test15": (a15, 0.0)})
-    for seed, acc in zip([1, 2], [10.0, 20.0]):
-        write_scores(tmp_path, "scan", "gru_content", seed, {"test": (acc, 2.0)})
-    text = aggregate.render(tmp_path)
-    assert "| gru_onestep | 1,2,3 | 99.0 | 90.0 |" in text  # medians; test15 before test100
-    assert "| gru_content | 1,2 | 15.00 ± 7.07 |" in text  # mean ± sample std
-    assert "### recopy: mean edit distance (median over seeds)" in text
-    with_paper = aggregate.render(tmp_path, paper=True)
-    assert "| gru_onestep | 1,2,3 | 99.0 (100) | 90.0 (100) |" in with_paper  # Table 1 of the paper
-    assert "| gru_content | 1,2 | 15.00 ± 7.07 (17.61 ± 4.07) |" in with_paper  # Table 2
+def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
+    submitit = pytest.importorskip("submitit")
+    work, results = tmp_path / "work", tmp_path / "results"
+    specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1, variant="lr",
+                                                                           options=("--lr", "2e-3")))
+    executor = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
+    executor.update_parameters(timeout_min=10)
+    records = launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor,
+                                  log=lambda line: None)
+    assert [r["seed"] for r in records] == [1, 2] and records[1]["options"] == ["--lr", "2e-3"]
+    assert all(s.record_path(results).exists() for s in specs)
+    assert launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor,
+                               log=lambda line: None) == []
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
+    work, results = tmp_path / "work", tmp_path / "results"
+    (spec,) = with_tiny_data(work, tiny_spec(seed=5, max_epoch=6))
+    command = [sys.executable, "-m", "fairseq_monoattn.experiments.worker", launch.spec_to_json(spec),
+               str(work), str(results)]
+    child = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    last = spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt"
+    deadline = time.time() + 240
+    while not last.exists() and child.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGKILL)  # the worker and its fairseq-train
+    child.wait()
+    assert last.exists() and not spec.record_path(results).exists()
+    record = run(spec, work, results)
+    log = (spec.run_dir(work) / "stdout.log").read_text()
+    restored = re.search(r"Loaded checkpoint \S+ \(epoch (\d+) @", log)
+    assert restored and 1 <= int(restored.group(1)) < 6  # resumed, not started again
+    assert record["epochs_run"] == 6 and len(record["valid_accuracy"]) == 6
+
+
+def test_comparison_puts_option_sets_side_by_side(tmp_path):
+    work, results = tmp_path / "work", tmp_path / "results"
+    option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])
+    with_tiny_data(work, *compare.comparison_specs("copy", "gru_onestep", [1], option_sets, 1))
+    table = compare.compare("copy", "gru_onestep", [1], option_sets, 1, work, results, jobs=2, log=lambda line: None)
+    records = {r["variant"]: r for r in load_records(results)}
+    assert set(records) == {"a", "b"} and records["b"]["options"] == ["--linear-init", "xavier"]
+    row = next(line for line in table.splitlines() if line.startswith("| 1 |"))
+    for name in ("a", "b"):
+        assert f"{records[name]['splits']['test9']['accuracy']:.4g}" in row
+    with pytest.raises(ValueError, match="NAME=OPTIONS"):
+        compare.parse_option_set("--lr 1")
+
+
+# --- tables from records ----------------------------------------------------------------------
+
+def record(task, arch, seed, accuracies, variant="default", edit=0.0):
+    return {"task": task, "arch": arch, "seed": seed, "variant": variant, "options": [], "max_epoch": 25,
+            "stop_after_perfect": 3, "recipe": "paper", "epochs_run": 5, "best_epoch": 4, "training_seconds": 60.0,
+            "scoring_seconds": 6.0, "direction_gate": None,
+            "splits": {split: {"size": 2000, "correct": int(20 * a), "accuracy": a, "mean_edit_distance": edit}
+                       for split, a in accuracies.items()}}
+
+
+def test_aggregate_tables_equal_a_recount_of_the_records():
+    records = [record("recopy", "gru_onestep", seed, {"test15": a15, "test30": a30, "test100": a100})
+               for seed, (a15, a30, a100) in zip([1, 2, 3], [(100, 100, 90), (50, 20, 0), (99, 98, 97)])]
+    records += [record("recopy", "gru_relative", seed, {"test15": a, "test30": 0, "test100": 0})
+                for seed, a in zip([1, 2, 3], [60, 10, 40])]
+    records += [record("scan", "gru_content", seed, {"test": a}) for seed, a in zip([1, 2], [10.0, 20.0])]
+    records += [record("recopy", "gru_onestep", 9, {"test15": 0, "test30": 0, "test100": 0}, variant="other")]
+    text = aggregate.render(records)
+    # medians (the paper: OneStep 100/100/100 solved; Relative 43.1/0/0: partial, failed, failed)
+    assert "| gru_onestep | 3 | 99 (100) | 98 (100) | 90 (100) | **no** (test100) |" in text
+    assert "| gru_relative | 3 | 40 (43.1) | 0 (0) | 0 (0) | yes |" in text
+    assert "| gru_content | 2 | 15.00 ± 7.07 (17.61 ± 4.07) | 0.00 ± 0.00 |" in text  # mean ± sample std
+    assert "**1 of 2 cells (task, model) reproduce the paper's verdict at every length**" in text
+    assert "5 of 6 cell-lengths" in text
+    assert "8 runs" in text  # the other variant is not counted
+
+
+def test_update_keeps_the_hand_written_text(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Title\n\nmy analysis\n")
+    aggregate.update_file(path, "table one\n")
+    aggregate.update_file(path, "table two\n")
+    text = path.read_text()
+    assert text.startswith("# Title\n\nmy analysis\n") and "table two" in text and "table one" not in text
+    assert text.count(aggregate.BEGIN) == 1

@@ -1,0 +1,80 @@
+"""Train one preset under two (or more) option sets with the same data, seeds and budget, and
+put the per-seed test accuracies side by side.
+
+    fairseq-monoattn-compare inv_recopy --arch gru_monoattn --seeds 1 2 3 4 5 --max-epoch 25 \\
+        --option-set before="--embedding-init scaled-normal" --option-set after="" --jobs 2
+
+Each option set is a variant of the runs (see runs.py): its records land in
+RESULTS/TASK/ARCH/VARIANT/seedN.json, so a comparison resumes where it stopped and its numbers
+can be re-tabled later without training again.
+"""
+import shlex
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .aggregate import split_label, split_order
+from .launch import run_local
+from .runs import RunSpec, load_records
+
+
+PAPER_LENGTHS = ("test15", "test30", "test100")
+
+
+def parse_option_set(text: str) -> Tuple[str, Tuple[str, ...]]:
+    """'NAME=--opt value --opt2 value' -> (NAME, options)."""
+    name, sep, options = text.partition("=")
+    name = name.strip()
+    if not sep or not name or "/" in name:
+        raise ValueError(f"--option-set takes NAME=OPTIONS (a name without '/'), got {text!r}")
+    return name, tuple(shlex.split(options))
+
+
+def comparison_specs(task: str, arch: str, seeds: Sequence[int], option_sets: Dict[str, Tuple[str, ...]],
+                     max_epoch: int, data_seed: int = 1, stop_after_perfect: int = 0) -> List[RunSpec]:
+    return [RunSpec(task=task, arch=arch, seed=seed, data_seed=data_seed, variant=name, options=options,
+                    max_epoch=max_epoch, stop_after_perfect=stop_after_perfect)
+            for seed in seeds for name, options in option_sets.items()]
+
+
+def accuracy_cell(record: Optional[dict], splits: Sequence[str]) -> str:
+    if record is None:
+        return "(not run)"
+    values = " / ".join(f"{record['splits'][s]['accuracy']:.4g}" if s in record["splits"] else "-" for s in splits)
+    gate = record.get("direction_gate") or {}
+    gate_text = f"; g {gate[splits[0]]:.2f}" if splits[0] in gate else ""
+    return f"{values}{gate_text}"
+
+
+def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[str],
+                     seeds: Optional[Sequence[int]] = None, splits: Optional[Sequence[str]] = None) -> str:
+    """Markdown: one row per seed, one column per option set (accuracy at each split; the mean
+    direction gate g on the first split), then the median over seeds and the count of seeds
+    reaching >= 95 at every split."""
+    mine = {(r["variant"], r["seed"]): r for r in records if r["task"] == task and r["arch"] == arch}
+    if splits is None:  # the paper's lengths where the task has them, else every test split
+        present = sorted({s for r in mine.values() for s in r["splits"] if s.startswith("test")}, key=split_order)
+        splits = [s for s in PAPER_LENGTHS if s in present] or [s for s in present if s != "test_iid"] or present
+    seeds = sorted(seeds if seeds is not None else {seed for variant, seed in mine if variant in names})
+    header = " / ".join(split_label(s) for s in splits)
+    lines = [f"| seed | " + " | ".join(f"{name}: {header}" for name in names) + " |",
+             "| ---: | " + " | ".join("---" for _ in names) + " |"]
+    for seed in seeds:
+        lines.append(f"| {seed} | " + " | ".join(accuracy_cell(mine.get((name, seed)), splits) for name in names) + " |")
+    medians, solved = [], []
+    for name in names:
+        runs = [mine[(name, seed)] for seed in seeds if (name, seed) in mine]
+        medians.append(" / ".join(
+            f"{statistics.median(r['splits'][s]['accuracy'] for r in runs):.4g}" if runs else "-" for s in splits))
+        solved.append(f"{sum(all(r['splits'][s]['accuracy'] >= 95 for s in splits) for r in runs)} of {len(runs)}")
+    lines.append("| median | " + " | ".join(medians) + " |")
+    lines.append("| seeds >= 95 at every length | " + " | ".join(solved) + " |")
+    return "\n".join(lines)
+
+
+def compare(task: str, arch: str, seeds: Sequence[int], option_sets: Dict[str, Tuple[str, ...]], max_epoch: int,
+            work: Path, results: Path, jobs: int = 1, data_seed: int = 1, stop_after_perfect: int = 0,
+            log=print) -> str:
+    specs = comparison_specs(task, arch, seeds, option_sets, max_epoch, data_seed, stop_after_perfect)
+    run_local(specs, work, results, jobs=jobs, log=log)
+    return comparison_table(load_records(results), task, arch, list(option_sets), seeds)

@@ -1,0 +1,161 @@
+"""Running many :class:`RunSpec` on existing engines: local worker processes, or SLURM (or
+submitit's local executor) through ``submitit``.
+
+Local: ``jobs`` worker processes at once, each pinned (``taskset``) to its own share of the
+cores this process may use, each with ``OMP_NUM_THREADS`` = the size of its share.  Every run
+is a separate ``python -m fairseq_monoattn.experiments.worker`` process, so a crash or a kill
+loses that run's current epoch only (it resumes from ``checkpoint_last.pt``).
+
+submitit: one array job, one task per run; ``requeue`` on preemption comes from submitit's
+checkpointing (a preempted run is requeued and resumes from its last checkpoint).
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .runs import RunSpec, run
+
+
+def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
+    """Split the usable cores into ``jobs`` disjoint groups (round robin); a group is never empty
+    (more jobs than cores share cores)."""
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    if jobs <= len(cpus):
+        return [cpus[i::jobs] for i in range(jobs)]
+    return [[cpus[i % len(cpus)]] for i in range(jobs)]
+
+
+def spec_to_json(spec: RunSpec) -> str:
+    return json.dumps(asdict(spec))
+
+
+def spec_from_json(text: str) -> RunSpec:
+    values = json.loads(text)
+    values["options"] = tuple(values.get("options", ()))
+    return RunSpec(**values)
+
+
+class Progress:
+    """done / running / left, with an estimate of the time left from the runs done here."""
+
+    def __init__(self, total: int, skipped: int, log: Callable[[str], None]):
+        self.total, self.done, self.running, self.failed = total, skipped, 0, 0
+        self.durations: List[float] = []
+        self.log = log
+        self.lock = threading.Lock()
+        self.start = time.time()
+
+    def started(self):
+        with self.lock:
+            self.running += 1
+
+    def finished(self, seconds: float, ok: bool):
+        with self.lock:
+            self.running -= 1
+            self.done += ok
+            self.failed += not ok
+            if ok:
+                self.durations.append(seconds)
+
+    def line(self, jobs: int) -> str:
+        left = self.total - self.done - self.failed
+        estimate = ""
+        if self.durations:
+            mean = sum(self.durations) / len(self.durations)
+            hours = mean * max(0, left) / max(1, jobs) / 3600
+            estimate = f"; about {mean / 60:.1f} min a run, {hours:.1f} h left at {jobs} at once"
+        return (f"{self.done}/{self.total} runs done, {self.running} running, {left} left"
+                + (f", {self.failed} failed" if self.failed else "") + estimate)
+
+
+def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1,
+              cpus: Optional[Sequence[int]] = None, on_record: Optional[Callable[[RunSpec, Path], None]] = None,
+              log: Callable[[str], None] = print) -> Dict[str, str]:
+    """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
+    error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
+    pending = [s for s in specs if not s.record_path(results).exists()]
+    progress = Progress(len(specs), len(specs) - len(pending), log)
+    log(progress.line(jobs))
+    shares = cpu_shares(jobs, cpus)
+    free = list(range(jobs))
+    free_lock, record_lock = threading.Lock(), threading.Lock()
+    outcome: Dict[str, str] = {s.key: "ok" for s in specs if s not in pending}
+
+    def one(spec: RunSpec) -> str:
+        with free_lock:
+            slot = free.pop()
+        progress.started()
+        start = time.time()
+        try:
+            share = shares[slot]
+            command = [sys.executable, "-m", "fairseq_monoattn.experiments.worker", spec_to_json(spec),
+                       str(work), str(results)]
+            if sys.platform.startswith("linux"):
+                command = ["taskset", "-c", ",".join(map(str, share)), *command]
+            env = dict(os.environ, OMP_NUM_THREADS=str(len(share)), MKL_NUM_THREADS=str(len(share)),
+                       PYTHONWARNINGS="ignore")
+            log_dir = spec.run_dir(work)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with open(log_dir / "worker.log", "a") as out:
+                code = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+            ok = code == 0 and spec.record_path(results).exists()
+            result = "ok" if ok else f"failed (exit {code}); see {log_dir / 'worker.log'}"
+        finally:
+            with free_lock:
+                free.append(slot)
+        progress.finished(time.time() - start, result == "ok")
+        if result == "ok" and on_record is not None:
+            with record_lock:
+                on_record(spec, spec.record_path(results))
+        log(f"[{spec.key}] {result}. {progress.line(jobs)}")
+        return result
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(one, spec): spec for spec in pending}
+        for future in as_completed(futures):
+            outcome[futures[future].key] = future.result()
+    return outcome
+
+
+def run_submitit(specs: Sequence[RunSpec], work: Path, results: Path, folder: Path, executor=None,
+                 log: Callable[[str], None] = print, **parameters):
+    """Submit every spec without a record as one submitit array job and wait for it.
+
+    ``executor``: a ready submitit executor (tests pass ``submitit.LocalExecutor``); otherwise an
+    ``AutoExecutor`` on ``folder`` with ``parameters`` (e.g. slurm_partition="cpu",
+    cpus_per_task=1, timeout_min=120, slurm_array_parallelism=50)."""
+    import submitit
+
+    pending = [s for s in specs if not s.record_path(results).exists()]
+    if not pending:
+        log(f"all {len(specs)} runs have records; nothing to submit")
+        return []
+    if executor is None:
+        executor = submitit.AutoExecutor(folder=str(folder))
+        executor.update_parameters(**parameters)
+    jobs = executor.map_array(RequeueableRun(work, results), pending)
+    log(f"submitted {len(jobs)} runs ({len(specs) - len(pending)} had records); job ids {jobs[0].job_id}...")
+    return [job.result() for job in jobs]
+
+
+class RequeueableRun:
+    """A picklable callable for submitit: runs one spec; on preemption or timeout submitit calls
+    ``checkpoint``, which requeues the same call (the run resumes from checkpoint_last.pt)."""
+
+    def __init__(self, work: Path, results: Path):
+        self.work, self.results = Path(work), Path(results)
+
+    def __call__(self, spec: RunSpec) -> dict:
+        return run(spec, self.work, self.results)
+
+    def checkpoint(self, spec: RunSpec):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, spec)

@@ -1,0 +1,82 @@
+"""Accuracy against test length, one picture per task: one line per model (the median over
+seeds), the range of the seeds shaded, the paper's training lengths marked.
+
+    fairseq-monoattn-plot-lengths results/paper --out docs/figures
+"""
+import re
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from .aggregate import TASK_TITLES, collect
+from .runs import DEFAULT_VARIANT
+
+TRAIN_LENGTHS = (5, 10)
+
+
+def length_of(split: str):
+    """test15 -> 15; test_iid and others -> None."""
+    found = re.fullmatch(r"test(\d+)", split)
+    return int(found.group(1)) if found else None
+
+
+def curves(records: Sequence[dict], task: str, variant: str = DEFAULT_VARIANT) -> Dict[str, List[tuple]]:
+    """{arch: [(length, median, lowest seed, highest seed, seeds)]} for one task, by length."""
+    import statistics
+
+    result = {}
+    for (cell_task, arch), cell in collect(records, variant).items():
+        if cell_task != task:
+            continue
+        points = []
+        for split in cell.splits():
+            length = length_of(split)
+            values = cell.values(split)
+            if length is not None and values:
+                points.append((length, statistics.median(values), min(values), max(values), len(values)))
+        if points:
+            result[arch] = sorted(points)
+    return result
+
+
+def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFAULT_VARIANT) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = curves(records, task, variant)
+    if not lines:
+        raise ValueError(f"no records of {task} ({variant}) with test lengths")
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    for arch in sorted(lines):
+        lengths, median, low, high, _ = zip(*lines[arch])
+        (line,) = axis.plot(lengths, median, marker="o", markersize=3, label=arch.replace("gru_", ""))
+        axis.fill_between(lengths, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    axis.axvspan(*TRAIN_LENGTHS, color="grey", alpha=0.1, label="training lengths")
+    axis.set_xscale("log")
+    all_lengths = sorted({p[0] for points in lines.values() for p in points})
+    axis.set_xticks(all_lengths)
+    axis.set_xticklabels([str(n) for n in all_lengths])
+    axis.set_ylim(-2, 102)
+    axis.set_xlabel("test length")
+    axis.set_ylabel("exact match % (median over seeds)")
+    seeds = max(p[4] for points in lines.values() for p in points)
+    axis.set_title(f"{TASK_TITLES.get(task, task)}: accuracy against length (up to {seeds} seeds, range shaded)")
+    axis.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    figure.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"length_{task}.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_all(records: Sequence[dict], out: Path, variant: str = DEFAULT_VARIANT) -> List[Path]:
+    """One picture per task that has records at two or more test lengths."""
+    tasks = sorted({r["task"] for r in records if r["variant"] == variant})
+    paths = []
+    for task in tasks:
+        lines = curves(records, task, variant)
+        if lines and max(len(points) for points in lines.values()) >= 2:
+            paths.append(plot_task(records, task, out, variant))
+    return paths

@@ -1,0 +1,267 @@
+"""One training run of the paper's recipe, from prepared data to a small JSON record.
+
+A run is named by :class:`RunSpec` (task, architecture, option-set name and options, seed,
+data seed, epoch budget).  Everything large lives under a *work* folder that stays out of
+git; the record, a few hundred bytes of JSON, goes to a *results* folder that is meant to be
+committed, so that no finished run is lost when a machine goes away:
+
+    WORK/data/TASK-dataSEED/{raw,bin,manifest.json}          prepared once (a lock guards it)
+    WORK/runs/TASK/ARCH/VARIANT/seedN/{checkpoints/, train.log, command.txt, scores.json}
+    RESULTS/TASK/ARCH/VARIANT/seedN.json                     the record
+
+A run whose record exists is skipped; an interrupted run continues from its
+``checkpoint_last.pt`` (fairseq's own restore); a run folder started with another command
+is refused, never overwritten.
+"""
+import fcntl
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from ..recipes import recipe_options
+from ..scoring import score, write_json_atomic
+
+RECORD_VERSION = 1
+DEFAULT_VARIANT = "default"
+PLUGIN_DIR = Path(__file__).resolve().parents[1]  # the fairseq_monoattn package, for --user-dir
+
+
+class RunError(RuntimeError):
+    """A run that cannot go on (failed training, a folder started with other options)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: str
+    arch: str
+    seed: int
+    data_seed: int = 1
+    variant: str = DEFAULT_VARIANT  # a name for `options` (folder and record name)
+    options: Tuple[str, ...] = ()  # extra fairseq-train options of this variant
+    max_epoch: int = 100
+    stop_after_perfect: int = 0  # stop once greedy valid accuracy has been 100 for this many epochs
+    recipe: str = "paper"
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}/{self.arch}/{self.variant}/seed{self.seed}"
+
+    def record_path(self, results: Path) -> Path:
+        return Path(results) / self.task / self.arch / self.variant / f"seed{self.seed}.json"
+
+    def run_dir(self, work: Path) -> Path:
+        return Path(work) / "runs" / self.task / self.arch / self.variant / f"seed{self.seed}"
+
+    def data_dir(self, work: Path) -> Path:
+        from ..data.writer import DATA_FORMAT_VERSION
+
+        return Path(work) / "data" / f"{self.task}-data{self.data_seed}-v{DATA_FORMAT_VERSION}"
+
+
+@dataclass
+class Budget:
+    """How a sweep's runs may use the machine."""
+    threads: int = 1  # torch threads per run (OMP_NUM_THREADS)
+    cpus: Optional[List[int]] = None  # cores this run is pinned to (taskset), or None
+    batch_size_eval: int = 64
+    extra_env: Dict[str, str] = field(default_factory=dict)
+
+
+# --- data ----------------------------------------------------------------------------------
+
+@contextmanager
+def file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def prepared_data(spec: RunSpec, work: Path) -> Path:
+    """The prepared data folder of the spec's task and data seed (prepared here if missing;
+    concurrent runs wait on a lock instead of preparing it twice)."""
+    from ..data.prepare import prepare
+
+    folder = spec.data_dir(work)
+    with file_lock(Path(work) / "data" / f".{folder.name}.lock"):
+        manifest_file = folder / "manifest.json"
+        if not manifest_file.exists():
+            prepare(spec.task, folder, seed=spec.data_seed, joined_dictionary=True)
+        manifest = json.loads(manifest_file.read_text())
+    if manifest["task"] != spec.task or manifest["seed"] != spec.data_seed:
+        raise RunError(f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "
+                       f"not {spec.task} with seed {spec.data_seed}")
+    return folder
+
+
+def test_splits(data: Path) -> List[str]:
+    manifest = json.loads((data / "manifest.json").read_text())
+    return [split for split in manifest["splits"] if split.startswith("test")]
+
+
+# --- training ------------------------------------------------------------------------------
+
+def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
+    recipe = recipe_options(spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect)
+    return [str(Path(sys.executable).parent / "fairseq-train"), str(data / "bin"),
+            "--user-dir", str(PLUGIN_DIR), "--arch", spec.arch, *recipe, "--seed", str(spec.seed),
+            "--save-dir", str(run_dir / "checkpoints"), "--no-epoch-checkpoints",
+            "--log-format", "json", "--log-file", str(run_dir / "train.log"), *spec.options]
+
+
+def run_environment(budget: Budget) -> Dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(budget.threads), MKL_NUM_THREADS=str(budget.threads),
+               PYTHONWARNINGS="ignore", **budget.extra_env)
+    return env
+
+
+def pinned(command: List[str], budget: Budget) -> List[str]:
+    if budget.cpus and sys.platform.startswith("linux"):
+        return ["taskset", "-c", ",".join(map(str, budget.cpus)), *command]
+    return command
+
+
+def valid_history(log_file: Path) -> List[Dict[str, float]]:
+    """The validation lines of a fairseq ``--log-format json --log-file`` log: one dict per
+    epoch (keys without their ``valid_`` prefix, plus ``epoch``).  An epoch validated twice (a
+    run killed after validating, before its checkpoint was saved, repeats it) keeps its last."""
+    by_epoch = {}
+    if not log_file.exists():
+        return []
+    for line in log_file.read_text().splitlines():
+        if '"valid_' not in line or not line.startswith("{"):
+            continue
+        try:
+            values = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        entry = {key[len("valid_"):]: _number(value) for key, value in values.items() if key.startswith("valid_")}
+        entry["epoch"] = int(values["epoch"])
+        by_epoch[entry["epoch"]] = entry
+    return [by_epoch[epoch] for epoch in sorted(by_epoch)]
+
+
+def _number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def stop_reason(log_file: Path) -> Optional[str]:
+    """Why fairseq-train stopped before --max-epoch, read off its log (None: it did not)."""
+    if not log_file.exists():
+        return None
+    text = log_file.read_text()
+    for pattern in (r"stopping: greedy valid accuracy has been 100 for \d+ validations",
+                    r"early stop since valid performance hasn't improved for last \d+ runs"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(0)
+    return None
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+def run(spec: RunSpec, work: Path, results: Path, budget: Budget = Budget(), log=print) -> dict:
+    """Train, score and record one run (or return its existing record)."""
+    record_path = spec.record_path(results)
+    if record_path.exists():
+        record = json.loads(record_path.read_text())
+        check_record_matches(record, spec, record_path)
+        return record
+    data = prepared_data(spec, work)
+    run_dir = spec.run_dir(work)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    command = train_command(spec, data, run_dir)
+    recorded = " ".join(command)
+    command_file = run_dir / "command.txt"
+    if command_file.exists() and command_file.read_text().strip() != recorded:
+        raise RunError(f"{run_dir} was started with another command:\n  {command_file.read_text().strip()}\n"
+                       f"now:\n  {recorded}\n(nothing was changed; use another work folder or variant name)")
+    command_file.write_text(recorded + "\n")
+    timing_file = run_dir / "timing.json"
+    timing = json.loads(timing_file.read_text()) if timing_file.exists() else {"training_seconds": 0.0}
+    scores_file = run_dir / "scores.json"
+    if not scores_file.exists():
+        log(f"[{spec.key}] training")
+        start = time.time()
+        with open(run_dir / "stdout.log", "a") as out:
+            code = subprocess.run(pinned(command, budget), env=run_environment(budget), stdout=out,
+                                  stderr=subprocess.STDOUT).returncode
+        timing["training_seconds"] += time.time() - start
+        write_json_atomic(timing_file, timing)
+        if code != 0:
+            raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
+        log(f"[{spec.key}] scoring checkpoint_best.pt")
+        start = time.time()
+        score(run_dir / "checkpoints" / "checkpoint_best.pt", data / "bin", test_splits(data), scores_file,
+              batch_size=budget.batch_size_eval, force=True)
+        timing["scoring_seconds"] = time.time() - start
+        write_json_atomic(timing_file, timing)
+    record = make_record(spec, run_dir, data, timing)
+    write_json_atomic(record_path, record)
+    log(f"[{spec.key}] recorded {record_path}")
+    return record
+
+
+def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
+    """A record stands for its spec only: another variant under the same name is an error."""
+    wanted = {"options": list(spec.options), "data_seed": spec.data_seed, "max_epoch": spec.max_epoch,
+              "stop_after_perfect": spec.stop_after_perfect, "recipe": spec.recipe}
+    found = {key: record.get(key) for key in wanted}
+    if found != wanted:
+        raise RunError(f"{path} records another run ({found}), not {wanted}; give this variant another name")
+
+
+def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
+    scores = json.loads((run_dir / "scores.json").read_text())["splits"]
+    history = valid_history(run_dir / "train.log")
+    best = max(history, key=lambda h: (h.get("accuracy", float("-inf")), h["epoch"])) if history else {}
+    gates = {split: s["direction_gate"]["mean"] for split, s in scores.items() if s.get("direction_gate")}
+    return {
+        "record_version": RECORD_VERSION,
+        "task": spec.task, "arch": spec.arch, "variant": spec.variant, "options": list(spec.options),
+        "seed": spec.seed, "data_seed": spec.data_seed, "recipe": spec.recipe, "max_epoch": spec.max_epoch,
+        "stop_after_perfect": spec.stop_after_perfect,
+        "train_options": recipe_options(spec.recipe, max_epoch=spec.max_epoch,
+                                        stop_after_perfect=spec.stop_after_perfect) + list(spec.options),
+        "epochs_run": len(history), "best_epoch": best.get("epoch"), "best_valid_accuracy": best.get("accuracy"),
+        "valid_accuracy": [h.get("accuracy") for h in history],
+        "stopped_early": stop_reason(run_dir / "train.log"),
+        "training_seconds": round(timing.get("training_seconds", 0.0), 1),
+        "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
+        "splits": {split: {key: s[key] for key in ("size", "correct", "accuracy", "mean_edit_distance")}
+                   for split, s in scores.items()},
+        "direction_gate": gates or None,
+        "environment": environment(),
+    }
+
+
+def environment() -> dict:
+    import fairseq
+    import torch
+
+    from .. import __version__
+
+    return {"plugin": __version__, "fairseq": fairseq.__version__, "torch": torch.__version__,
+            "python": platform.python_version(), "machine": platform.machine()}
+
+
+def load_records(results: Path) -> List[dict]:
+    """Every record under a results folder (in a stable order)."""
+    return [json.loads(path.read_text()) for path in sorted(Path(results).glob("*/*/*/seed*.json"))]
+
+
+__all__ = ["RunSpec", "Budget", "RunError", "run", "load_records", "asdict"]
