@@ -125,9 +125,8 @@ def other_orientation_hint(source: str, reverse: bool) -> str:
         parse_source(source, not reverse)
     except ValueError:
         return ""
-    task = "reverse_lookup" if reverse else "lookup"
     return (f" (this looks like {task_label(not reverse)} data; pass --data-dir with "
-            f"{task_label(reverse)} files, such as {DEFAULT_DATA_DIRS[task]})")
+            f"{task_label(reverse)} files, or leave --data-dir out to read the shipped ones)")
 
 
 def find_data_folder(data_dir: Optional[Path], task: str) -> Path:

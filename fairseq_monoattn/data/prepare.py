@@ -71,3 +71,7 @@ def main(argv=None) -> int:
         return 2
     print(summary(manifest, args.out))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

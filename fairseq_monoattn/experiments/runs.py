@@ -245,8 +245,20 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "splits": {split: {key: s[key] for key in ("size", "correct", "accuracy", "mean_edit_distance")}
                    for split, s in scores.items()},
         "direction_gate": gates or None,
+        "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
     }
+
+
+def trained_model_config(checkpoint: Path) -> dict:
+    """Every option of the trained model as its checkpoint recorded it (the preset's and the
+    defaults of the day included), and the task options that change training."""
+    import torch
+
+    cfg = torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"]
+    model = {key: value for key, value in dict(cfg["model"]).items() if not key.startswith("max_")}
+    task = {key: cfg["task"].get(key) for key in ("random_batches", "stop_after_perfect")}
+    return {**model, "task": task}
 
 
 def environment() -> dict:
