@@ -4,10 +4,12 @@
         $(python -c "from fairseq_monoattn.recipes import PAPER_RECIPE; print(' '.join(PAPER_RECIPE))") \\
         --save-dir CHECKPOINTS --seed 1
 
-Adam, lr 1e-3, no weight decay, gradient norm clipped at 5, 32 examples per batch; the lr is
-halved when greedy valid accuracy has not improved for 4 epochs (fairseq's ``--lr-patience P``
-halves after P + 1 epochs without improvement, hence 3); at most 100 epochs, early stop after
-50 without improvement; checkpoint_best.pt is the epoch with the best greedy valid accuracy.
+Adam, lr 1e-3, no weight decay, gradient norm clipped at 5, 32 examples per batch drawn anew
+at random every epoch (``--train-batches random``, as the authors' DataLoader; fairseq's own
+batches group similar lengths and keep their contents); the lr is halved on the fifth epoch
+without improvement of greedy valid accuracy (the release's ReduceLROnPlateau(patience=4);
+the paper's text says "four contiguous epochs"); at most 100 epochs, early stop after 50
+without improvement; checkpoint_best.pt is the epoch with the best greedy valid accuracy.
 Batches are exactly 32 examples (no rounding to multiples of 8) and no example is skipped:
 do not add ``--skip-invalid-size-inputs-valid-test``.  Validation decodes 256 examples at a
 time (``--batch-size-valid``): the model is padding-invariant, so this changes no number,
@@ -18,9 +20,10 @@ from typing import List
 OPTIMIZATION = [
     "--optimizer", "adam", "--lr", "1e-3", "--weight-decay", "0", "--clip-norm", "5",
     "--batch-size", "32", "--required-batch-size-multiple", "1", "--batch-size-valid", "256",
+    "--train-batches", "random",
 ]
 SCHEDULE = [
-    "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "3",
+    "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "4",
     "--max-epoch", "100", "--patience", "50",
 ]
 SELECTION = [

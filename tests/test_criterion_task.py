@@ -417,16 +417,17 @@ def test_paper_recipe_options(tiny_copy):
     assert (cfg.optimizer._name, cfg.optimization.lr, cfg.optimizer.weight_decay) == ("adam", [1e-3], 0)
     assert (cfg.optimization.clip_norm, cfg.dataset.batch_size, cfg.dataset.required_batch_size_multiple) == (5, 32, 1)
     assert (cfg.optimization.max_epoch, cfg.checkpoint.patience) == (100, 50)
-    assert cfg.dataset.batch_size_valid == 256
+    assert cfg.dataset.batch_size_valid == 256 and cfg.task.train_batches == "random"
     assert not cfg.dataset.skip_invalid_size_inputs_valid_test
     assert (cfg.task._name, cfg.task.eval_accuracy, cfg.criterion._name) == ("length_generalization", True, "seq_acc")
     assert (cfg.checkpoint.best_checkpoint_metric, cfg.checkpoint.maximize_best_checkpoint_metric) == ("accuracy", True)
     assert parsed(tiny_copy, PAPER_RECIPE_TEACHER_FORCED).checkpoint.best_checkpoint_metric == "exact_match"
 
 
-def test_paper_recipe_halves_the_lr_after_four_epochs_without_improvement(tiny_copy):
+def test_paper_recipe_halves_the_lr_on_the_fifth_epoch_without_improvement(tiny_copy):
+    """As the release's ReduceLROnPlateau(patience=4)."""
     cfg = parsed(tiny_copy, PAPER_RECIPE)
     optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
     scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
-    rates = [scheduler.step(epoch, accuracy) for epoch, accuracy in enumerate([50, 60, 60, 60, 60, 60, 61], 1)]
-    assert rates == [1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 5e-4, 5e-4]  # 4 epochs at 60 after the best 60
+    rates = [scheduler.step(epoch, accuracy) for epoch, accuracy in enumerate([50, 60, 60, 60, 60, 60, 60, 61], 1)]
+    assert rates == [1e-3] * 6 + [5e-4, 5e-4]  # the fifth epoch at 60 after the best 60

@@ -199,9 +199,9 @@ def train_batches(data, extra, epoch):
 
 
 def test_random_batches_are_new_mixed_draws_every_epoch(mixed_copy):
-    first, sizes = train_batches(mixed_copy, ["--random-batches"], epoch=1)
-    second, _ = train_batches(mixed_copy, ["--random-batches"], epoch=2)
-    again, _ = train_batches(mixed_copy, ["--random-batches"], epoch=2)
+    first, sizes = train_batches(mixed_copy, ["--train-batches", "random"], epoch=1)
+    second, _ = train_batches(mixed_copy, ["--train-batches", "random"], epoch=2)
+    again, _ = train_batches(mixed_copy, ["--train-batches", "random"], epoch=2)
     for batches in (first, second):
         assert sorted(i for b in batches for i in b) == list(range(300))  # every example once
         assert sorted(len(b) for b in batches)[1:] == [32] * 9  # 9 full batches and 300 - 288 = 12
@@ -219,10 +219,10 @@ def test_fairseq_batches_keep_their_contents_across_epochs(mixed_copy):
 
 
 def test_random_batches_refuse_max_tokens(mixed_copy):
-    with pytest.raises(ValueError, match="--random-batches"):
+    with pytest.raises(ValueError, match="--train-batches random"):
         args = options.parse_args_and_arch(options.get_training_parser(), [
             str(mixed_copy), "--arch", "gru_onestep", "--task", "length_generalization", "--max-tokens", "500",
-            "--random-batches", "--user-dir", USER_DIR])
+            "--train-batches", "random", "--user-dir", USER_DIR])
         task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
         task.load_dataset("train")
         task.get_batch_iterator(task.dataset("train"), max_tokens=500, seed=1)

@@ -257,7 +257,7 @@ def trained_model_config(checkpoint: Path) -> dict:
 
     cfg = torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"]
     model = {key: value for key, value in dict(cfg["model"]).items() if not key.startswith("max_")}
-    task = {key: cfg["task"].get(key) for key in ("random_batches", "stop_after_perfect")}
+    task = {key: cfg["task"].get(key) for key in ("train_batches", "stop_after_perfect")}
     return {**model, "task": task}
 
 

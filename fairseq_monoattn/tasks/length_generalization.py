@@ -5,9 +5,10 @@ options) with defaults that never drop long examples and greedy exact-match vali
   so long test inputs are neither filtered (training) nor rejected (validation).
 * ``--stop-after-perfect K`` ends training once greedy valid accuracy has been 100 for K
   validations in a row (the model can only tie from then on; it keeps CPU sweeps short).
-* ``--random-batches`` draws new random batches of ``--batch-size`` examples (mixed lengths)
-  every epoch, as a plain ``DataLoader(shuffle=True)`` does, instead of fairseq's batches of
-  similar length whose contents stay fixed from epoch to epoch (only their order changes).
+* ``--train-batches random`` draws new random batches of ``--batch-size`` examples (mixed
+  lengths) every epoch, as a plain ``DataLoader(shuffle=True)`` does; ``sorted`` (fairseq's
+  way) makes batches of similar length whose contents stay fixed from epoch to epoch (only
+  their order changes).
 * ``--eval-accuracy`` greedy-decodes every validation batch and logs ``accuracy`` (percent
   of outputs equal to the target, EOS included) and ``edit_distance`` (mean, NLTK), both from
   counts summed over batches and workers.  Select checkpoints on it with
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from fairseq import utils
 from fairseq.data import iterators
+from fairseq.dataclass import ChoiceEnum
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
@@ -30,6 +32,8 @@ from ..limits import NO_LENGTH_LIMIT
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 
 logger = logging.getLogger(__name__)
+
+TRAIN_BATCHES = ("sorted", "random")
 
 SAMPLES_TO_PRINT = 3
 
@@ -52,10 +56,10 @@ class LengthGeneralizationConfig(TranslationConfig):
         metadata={"help": "stop training once greedy valid accuracy has been 100 for this many validations "
                           "in a row (0: never); needs --best-checkpoint-metric accuracy"},
     )
-    random_batches: bool = field(
-        default=False,
-        metadata={"help": "training batches: new random draws of --batch-size examples (mixed lengths) every "
-                          "epoch, instead of fairseq's fixed batches of similar length"},
+    train_batches: ChoiceEnum(TRAIN_BATCHES) = field(
+        default="sorted",
+        metadata={"help": "training batches: 'sorted', fairseq's batches of similar length with the same contents "
+                          "every epoch, or 'random', new draws of --batch-size examples (mixed lengths) every epoch"},
     )
     eval_accuracy: bool = field(
         default=False,
@@ -141,15 +145,15 @@ class LengthGeneralizationTask(TranslationTask):
                            ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_shards=1,
                            shard_id=0, num_workers=0, epoch=1, data_buffer_size=0, disable_iterator_cache=False,
                            **kwargs):
-        if not (self.cfg.random_batches and dataset is self.datasets.get(self.cfg.train_subset)):
+        if not (self.cfg.train_batches == "random" and dataset is self.datasets.get(self.cfg.train_subset)):
             return super().get_batch_iterator(
                 dataset, max_tokens=max_tokens, max_sentences=max_sentences, max_positions=max_positions,
                 ignore_invalid_inputs=ignore_invalid_inputs, required_batch_size_multiple=required_batch_size_multiple,
                 seed=seed, num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
                 data_buffer_size=data_buffer_size, disable_iterator_cache=disable_iterator_cache, **kwargs)
         if max_sentences is None or max_tokens is not None:
-            raise ValueError("--random-batches draws --batch-size examples per batch: give --batch-size and "
-                             "no --max-tokens")
+            raise ValueError("--train-batches random draws --batch-size examples per batch: give --batch-size "
+                             "and no --max-tokens")
         keep = np.arange(len(dataset))
         if max_positions is not None:
             keep = self.filter_indices_by_size(keep, dataset, max_positions, ignore_invalid_inputs)
