@@ -72,9 +72,34 @@ def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[
     return "\n".join(lines)
 
 
+def variant_summary(records: List[dict], task: str, arch: str, names: Sequence[str],
+                    seeds: Optional[Sequence[int]] = None, splits: Sequence[str] = PAPER_LENGTHS) -> str:
+    """Markdown, one row per option set: seeds run, seeds whose direction gate reads forward
+    (mean g > 0.5 on the first split), median greedy valid accuracy after the first epoch (how
+    fast it learns), median test accuracy at each split, seeds reaching >= 95 at every split."""
+    lines = ["| option set | seeds | forward (g > 0.5) | valid after epoch 1 | "
+             + " / ".join(split_label(s) for s in splits) + " | >= 95 at every length |",
+             "| --- | ---: | ---: | ---: | --- | ---: |"]
+    for name in names:
+        runs = [r for r in records if r["task"] == task and r["arch"] == arch and r["variant"] == name
+                and (seeds is None or r["seed"] in seeds)]
+        if not runs:
+            continue
+        gates = [(r.get("direction_gate") or {}).get(splits[0]) for r in runs]
+        forward = f"{sum(g > 0.5 for g in gates if g is not None)}" if any(g is not None for g in gates) else "-"
+        first = [r["valid_accuracy"][0] for r in runs if r.get("valid_accuracy")]
+        tests = " / ".join(f"{statistics.median(r['splits'][s]['accuracy'] for r in runs):.4g}" for s in splits)
+        solved = sum(all(r["splits"][s]["accuracy"] >= 95 for s in splits) for r in runs)
+        lines.append(f"| {name} | {len(runs)} | {forward} | {statistics.median(first):.4g} | {tests} | {solved} |"
+                     if first else f"| {name} | {len(runs)} | {forward} | - | {tests} | {solved} |")
+    return "\n".join(lines)
+
+
 def compare(task: str, arch: str, seeds: Sequence[int], option_sets: Dict[str, Tuple[str, ...]], max_epoch: int,
             work: Path, results: Path, jobs: int = 1, data_seed: int = 1, stop_after_perfect: int = 0,
             log=print) -> str:
     specs = comparison_specs(task, arch, seeds, option_sets, max_epoch, data_seed, stop_after_perfect)
     run_local(specs, work, results, jobs=jobs, log=log)
-    return comparison_table(load_records(results), task, arch, list(option_sets), seeds)
+    records = load_records(results)
+    return (comparison_table(records, task, arch, list(option_sets), seeds) + "\n\n"
+            + variant_summary(records, task, arch, list(option_sets), seeds))

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .runs import RunSpec, run
+from .runs import PLUGIN_DIR, RunSpec, run
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -96,7 +96,7 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
         try:
             share = shares[slot]
             command = [sys.executable, "-m", "fairseq_monoattn.experiments.worker", spec_to_json(spec),
-                       str(work), str(results)]
+                       str(Path(work).resolve()), str(Path(results).resolve())]
             if sys.platform.startswith("linux"):
                 command = ["taskset", "-c", ",".join(map(str, share)), *command]
             env = dict(os.environ, OMP_NUM_THREADS=str(len(share)), MKL_NUM_THREADS=str(len(share)),
@@ -104,7 +104,10 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
             log_dir = spec.run_dir(work)
             log_dir.mkdir(parents=True, exist_ok=True)
             with open(log_dir / "worker.log", "a") as out:
-                code = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+                # `python -m` searches its working folder first: start it next to this very
+                # package, so the worker runs the launcher's code whatever folder we were started in
+                code = subprocess.run(command, env=env, cwd=PLUGIN_DIR.parent, stdout=out,
+                                      stderr=subprocess.STDOUT).returncode
             ok = code == 0 and spec.record_path(results).exists()
             result = "ok" if ok else f"failed (exit {code}); see {log_dir / 'worker.log'}"
         finally:
