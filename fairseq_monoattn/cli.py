@@ -1,6 +1,7 @@
 """The plugin's command lines (installed as ``fairseq-monoattn-*``; the scripts under
 ``examples/`` and ``preprocess/`` call the same functions)."""
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -179,10 +180,9 @@ def aggregate_main(argv=None) -> None:
     if not records:
         raise SystemExit(f"error: no records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)")
     plots = []
-    if args.plots is not None:
+    if args.plots is not None:  # linked relative to the file the tables go to
         base = args.update.parent if args.update else Path(".")
-        plots = [str(Path(p).resolve().relative_to(base.resolve())) if Path(p).resolve().is_relative_to(base.resolve())
-                 else str(p) for p in plot_all(records, args.plots, args.variant)]
+        plots = [os.path.relpath(path, base) for path in plot_all(records, args.plots, args.variant)]
     text = render(records, args.variant, plots)
     if args.update is None:
         print(text, end="")

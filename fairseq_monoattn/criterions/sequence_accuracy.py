@@ -15,7 +15,6 @@ number of batches and workers):
 import math
 from dataclasses import dataclass, field
 
-import torch
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass

@@ -57,7 +57,7 @@ def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[
         splits = [s for s in PAPER_LENGTHS if s in present] or [s for s in present if s != "test_iid"] or present
     seeds = sorted(seeds if seeds is not None else {seed for variant, seed in mine if variant in names})
     header = " / ".join(split_label(s) for s in splits)
-    lines = [f"| seed | " + " | ".join(f"{name}: {header}" for name in names) + " |",
+    lines = ["| seed | " + " | ".join(f"{name}: {header}" for name in names) + " |",
              "| ---: | " + " | ".join("---" for _ in names) + " |"]
     for seed in seeds:
         lines.append(f"| {seed} | " + " | ".join(accuracy_cell(mine.get((name, seed)), splits) for name in names) + " |")

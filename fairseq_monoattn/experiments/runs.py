@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -64,15 +64,6 @@ class RunSpec:
         from ..data.writer import DATA_FORMAT_VERSION
 
         return Path(work) / "data" / f"{self.task}-data{self.data_seed}-v{DATA_FORMAT_VERSION}"
-
-
-@dataclass
-class Budget:
-    """How a sweep's runs may use the machine."""
-    threads: int = 1  # torch threads per run (OMP_NUM_THREADS)
-    cpus: Optional[List[int]] = None  # cores this run is pinned to (taskset), or None
-    batch_size_eval: int = 64
-    extra_env: Dict[str, str] = field(default_factory=dict)
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -120,18 +111,6 @@ def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
             "--log-format", "json", "--log-file", str(run_dir / "train.log"), *spec.options]
 
 
-def run_environment(budget: Budget) -> Dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS=str(budget.threads), MKL_NUM_THREADS=str(budget.threads),
-               PYTHONWARNINGS="ignore", **budget.extra_env)
-    return env
-
-
-def pinned(command: List[str], budget: Budget) -> List[str]:
-    if budget.cpus and sys.platform.startswith("linux"):
-        return ["taskset", "-c", ",".join(map(str, budget.cpus)), *command]
-    return command
-
-
 def valid_history(log_file: Path) -> List[Dict[str, float]]:
     """The validation lines of a fairseq ``--log-format json --log-file`` log: one dict per
     epoch (keys without their ``valid_`` prefix, plus ``epoch``).  An epoch validated twice (a
@@ -174,8 +153,9 @@ def stop_reason(log_file: Path) -> Optional[str]:
 
 # --- one run ---------------------------------------------------------------------------------
 
-def run(spec: RunSpec, work: Path, results: Path, budget: Budget = Budget(), log=print) -> dict:
-    """Train, score and record one run (or return its existing record)."""
+def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log=print) -> dict:
+    """Train, score and record one run (or return its existing record).  fairseq-train inherits
+    this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores)."""
     record_path = spec.record_path(results)
     if record_path.exists():
         record = json.loads(record_path.read_text())
@@ -198,7 +178,7 @@ def run(spec: RunSpec, work: Path, results: Path, budget: Budget = Budget(), log
         log(f"[{spec.key}] training")
         start = time.time()
         with open(run_dir / "stdout.log", "a") as out:
-            code = subprocess.run(pinned(command, budget), env=run_environment(budget), stdout=out,
+            code = subprocess.run(command, env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=out,
                                   stderr=subprocess.STDOUT).returncode
         timing["training_seconds"] += time.time() - start
         write_json_atomic(timing_file, timing)
@@ -207,7 +187,7 @@ def run(spec: RunSpec, work: Path, results: Path, budget: Budget = Budget(), log
         log(f"[{spec.key}] scoring checkpoint_best.pt")
         start = time.time()
         score(run_dir / "checkpoints" / "checkpoint_best.pt", data / "bin", test_splits(data), scores_file,
-              batch_size=budget.batch_size_eval, force=True)
+              batch_size=batch_size_eval, force=True)
         timing["scoring_seconds"] = time.time() - start
         write_json_atomic(timing_file, timing)
     record = make_record(spec, run_dir, data, timing)
@@ -276,4 +256,4 @@ def load_records(results: Path) -> List[dict]:
     return [json.loads(path.read_text()) for path in sorted(Path(results).glob("*/*/*/seed*.json"))]
 
 
-__all__ = ["RunSpec", "Budget", "RunError", "run", "load_records", "asdict"]
+__all__ = ["RunSpec", "RunError", "run", "load_records"]
