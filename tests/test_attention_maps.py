@@ -16,9 +16,11 @@ from fairseq_monoattn.attention_maps import AttentionMapError, LoadedModel, atte
 from model_helpers import build, digit_dictionary
 
 HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
+# the source </s> kept, so that the columns are START, tokens, </s>, END (the presets drop it;
+# test_without_source_eos_the_columns_have_no_eos covers that layout)
 TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--seed", "1",
          "--no-progress-bar", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
-         "--no-save-optimizer-state"]
+         "--no-save-optimizer-state", "--source-eos", "True"]
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +139,7 @@ def built(arch, seed=0, **options):
 
 def test_without_source_eos_the_columns_have_no_eos():
     """--source-eos False: the encoder drops fairseq's </s>, and so do the labels and the matrix."""
-    with_eos = attention_map(built("gru_onestep", seed=2), "4 7 9 8", target="4 7 9 8")
+    with_eos = attention_map(built("gru_onestep", seed=2, source_eos=True), "4 7 9 8", target="4 7 9 8")
     loaded = built("gru_onestep", seed=2, source_eos=False)
     assert not loaded.model.encoder.keep_source_eos
     result = attention_map(loaded, "4 7 9 8", target="4 7 9 8")
