@@ -37,6 +37,12 @@ def comparison_specs(task: str, arch: str, seeds: Sequence[int], option_sets: Di
             for seed in seeds for name, options in option_sets.items()]
 
 
+def table_splits(records: List[dict]) -> List[str]:
+    """The paper's lengths where the records have them, else every test split but the i.i.d. one."""
+    present = sorted({s for r in records for s in r["splits"] if s.startswith("test")}, key=split_order)
+    return [s for s in PAPER_LENGTHS if s in present] or [s for s in present if s != "test_iid"] or present
+
+
 def accuracy_cell(record: Optional[dict], splits: Sequence[str]) -> str:
     if record is None:
         return "(not run)"
@@ -52,9 +58,7 @@ def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[
     direction gate g on the first split), then the median over seeds and the count of seeds
     reaching >= 95 at every split."""
     mine = {(r["variant"], r["seed"]): r for r in records if r["task"] == task and r["arch"] == arch}
-    if splits is None:  # the paper's lengths where the task has them, else every test split
-        present = sorted({s for r in mine.values() for s in r["splits"] if s.startswith("test")}, key=split_order)
-        splits = [s for s in PAPER_LENGTHS if s in present] or [s for s in present if s != "test_iid"] or present
+    splits = splits or table_splits(list(mine.values()))
     seeds = sorted(seeds if seeds is not None else {seed for variant, seed in mine if variant in names})
     header = " / ".join(split_label(s) for s in splits)
     lines = ["| seed | " + " | ".join(f"{name}: {header}" for name in names) + " |",
@@ -73,10 +77,11 @@ def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[
 
 
 def variant_summary(records: List[dict], task: str, arch: str, names: Sequence[str],
-                    seeds: Optional[Sequence[int]] = None, splits: Sequence[str] = PAPER_LENGTHS) -> str:
+                    seeds: Optional[Sequence[int]] = None, splits: Optional[Sequence[str]] = None) -> str:
     """Markdown, one row per option set: seeds run, seeds whose direction gate reads forward
     (mean g > 0.5 on the first split), median greedy valid accuracy after the first epoch (how
     fast it learns), median test accuracy at each split, seeds reaching >= 95 at every split."""
+    splits = splits or table_splits([r for r in records if r["task"] == task and r["arch"] == arch])
     lines = ["| option set | seeds | forward (g > 0.5) | valid after epoch 1 | "
              + " / ".join(split_label(s) for s in splits) + " | >= 95 at every length |",
              "| --- | ---: | ---: | ---: | --- | ---: |"]
