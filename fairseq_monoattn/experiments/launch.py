@@ -95,6 +95,8 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
         start = time.time()
         try:
             share = shares[slot]
+            log(f"[{spec.key}] started on cpu {','.join(map(str, share))}; log: {spec.run_dir(work) / 'worker.log'}. "
+                f"{progress.line(jobs)}")
             command = [sys.executable, "-m", "fairseq_monoattn.experiments.worker", spec_to_json(spec),
                        str(Path(work).resolve()), str(Path(results).resolve())]
             if sys.platform.startswith("linux"):
