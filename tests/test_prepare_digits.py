@@ -15,7 +15,7 @@ from fairseq_monoattn.data import digits
 
 DIGIT_TASKS = ["copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
                "inv_reverse_recopy", "dedupe", "posretrieve"]
-EXPECTED_SPLITS = {  # split: (size, min length, max length), REFERENCE.md "Data"
+EXPECTED_SPLITS = {  # split: (size, min length, max length), as docs/data.md lists them
     "train": (10_000, 5, 10),
     "valid": (2_000, 10, 15),
     "test15": (2_000, 15, 15),
