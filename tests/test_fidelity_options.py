@@ -1,6 +1,7 @@
 """The options that bring the authors' training dynamics into the plugin: the location
 normalisation and its underflow reset, the initialisations, the location projection, one
 shared embedding, the source EOS, and random batches drawn anew every epoch."""
+import argparse
 import random
 
 import pytest
@@ -226,3 +227,31 @@ def test_random_batches_refuse_max_tokens(mixed_copy):
         task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
         task.load_dataset("train")
         task.get_batch_iterator(task.dataset("train"), max_tokens=500, seed=1)
+
+
+# ------------------------------------------------------------------- the presets' choices
+
+def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisation():
+    """The presets' defaults are the settings RESULTS.md found to reproduce the paper: the
+    release's initialisations, no source EOS and the location projection; the softmax focus and
+    separate embeddings (the two release settings that slowed learning); the base model keeps
+    fairseq's habits."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from fairseq_monoattn.models.gru_seq2seq import config_defaults, fill_missing
+    from fairseq_monoattn.models.presets import PRESETS
+
+    def resolved(arch):  # what the model is built with: the arch's options over the defaults
+        args = argparse.Namespace(arch=arch)
+        ARCH_CONFIG_REGISTRY[arch](args)
+        fill_missing(args, config_defaults())
+        return args
+
+    release = dict(embedding_init="kaiming-fan-out", boundary_init="zeros", linear_init="xavier",
+                   source_eos=False, location_projection=True, location_normalization="softmax",
+                   share_all_embeddings=False)
+    for arch in PRESETS:
+        args = resolved(arch)
+        assert {k: getattr(args, k) for k in release} == release, arch
+    base = resolved("gru_seq2seq")
+    assert (base.embedding_init, base.boundary_init, base.linear_init, base.source_eos,
+            base.location_projection) == ("scaled-normal", "normal", "pytorch", True, False)
