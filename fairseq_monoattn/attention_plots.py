@@ -30,6 +30,9 @@ MARGIN_INCHES = (1.6, 1.4)  # room for tick labels, axis titles and the colour b
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (imported here: the package works without matplotlib)."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # it logs its set-up at DEBUG
     import matplotlib
 
     matplotlib.use("Agg")  # no display here; must precede pyplot

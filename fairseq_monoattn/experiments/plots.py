@@ -9,6 +9,7 @@ from typing import Dict, List, Sequence
 
 from .aggregate import TASK_TITLES, collect
 from .runs import DEFAULT_VARIANT
+from ..attention_plots import pyplot
 
 TRAIN_LENGTHS = (5, 10)
 
@@ -39,11 +40,7 @@ def curves(records: Sequence[dict], task: str, variant: str = DEFAULT_VARIANT) -
 
 
 def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFAULT_VARIANT) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     lines = curves(records, task, variant)
     if not lines:
         raise ValueError(f"no records of {task} ({variant}) with test lengths")
