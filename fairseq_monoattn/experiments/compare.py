@@ -93,10 +93,10 @@ def variant_summary(records: List[dict], task: str, arch: str, names: Sequence[s
         gates = [(r.get("direction_gate") or {}).get(splits[0]) for r in runs]
         forward = f"{sum(g > 0.5 for g in gates if g is not None)}" if any(g is not None for g in gates) else "-"
         first = [r["valid_accuracy"][0] for r in runs if r.get("valid_accuracy")]
+        first_text = f"{statistics.median(first):.4g}" if first else "-"
         tests = " / ".join(f"{statistics.median(r['splits'][s]['accuracy'] for r in runs):.4g}" for s in splits)
         solved = sum(all(r["splits"][s]["accuracy"] >= 95 for s in splits) for r in runs)
-        lines.append(f"| {name} | {len(runs)} | {forward} | {statistics.median(first):.4g} | {tests} | {solved} |"
-                     if first else f"| {name} | {len(runs)} | {forward} | - | {tests} | {solved} |")
+        lines.append(f"| {name} | {len(runs)} | {forward} | {first_text} | {tests} | {solved} |")
     return "\n".join(lines)
 
 
