@@ -160,6 +160,26 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     assert record["epochs_run"] == 6 and len(record["valid_accuracy"]) == 6
 
 
+def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
+    """Same command, changed default: the half-trained checkpoint must not be continued."""
+    import torch
+
+    work, results = tmp_path / "work", tmp_path / "results"
+    (spec,) = with_tiny_data(work, tiny_spec(seed=7))
+    checkpoint = torch.load(finished[2].run_dir(finished[0]) / "checkpoints" / "checkpoint_last.pt",
+                            map_location="cpu", weights_only=False)
+    assert checkpoint["cfg"]["model"]["location_normalization"] == "softmax"
+    checkpoint["cfg"]["model"]["location_normalization"] = "sum"  # as if trained before a default changed
+    last = spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt"
+    last.parent.mkdir(parents=True)
+    torch.save(checkpoint, last)
+    before = last.read_bytes()
+    with pytest.raises(RunError, match=r"location_normalization: 'sum' in the checkpoint, 'softmax' now"):
+        run(spec, work, results)
+    assert last.read_bytes() == before and not (spec.run_dir(work) / "train.log").exists()
+    assert not spec.record_path(results).exists()
+
+
 def test_comparison_puts_option_sets_side_by_side(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])

@@ -10,8 +10,9 @@ committed, so that no finished run is lost when a machine goes away:
     RESULTS/TASK/ARCH/VARIANT/seedN.json                     the record
 
 A run whose record exists is skipped; an interrupted run continues from its
-``checkpoint_last.pt`` (fairseq's own restore); a run folder started with another command
-is refused, never overwritten.
+``checkpoint_last.pt`` (fairseq's own restore); a run folder started with another command,
+or whose checkpoint holds another model than the command builds now, is refused, never
+overwritten.
 """
 import fcntl
 import json
@@ -171,9 +172,12 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
         raise RunError(f"{run_dir} was started with another command:\n  {command_file.read_text().strip()}\n"
                        f"now:\n  {recorded}\n(nothing was changed; use another work folder or variant name)")
     command_file.write_text(recorded + "\n")
+    last_checkpoint = run_dir / "checkpoints" / "checkpoint_last.pt"
+    scores_file = run_dir / "scores.json"
+    if last_checkpoint.exists() and not scores_file.exists():
+        check_checkpoint_matches(last_checkpoint, command)
     timing_file = run_dir / "timing.json"
     timing = json.loads(timing_file.read_text()) if timing_file.exists() else {"training_seconds": 0.0}
-    scores_file = run_dir / "scores.json"
     if not scores_file.exists():
         log(f"[{spec.key}] training")
         start = time.time()
@@ -203,6 +207,20 @@ def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
     found = {key: record.get(key) for key in wanted}
     if found != wanted:
         raise RunError(f"{path} records another run ({found}), not {wanted}; give this variant another name")
+
+
+def check_checkpoint_matches(checkpoint: Path, command: List[str]) -> None:
+    """Resuming continues the checkpoint's weights under the model the command builds *today*;
+    the same command line builds another model once a default has changed (an init, the
+    normalisation, ...), which would mix two models in one run without a word."""
+    trained, planned = trained_model_config(checkpoint), planned_model_config(command)
+    changed = {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned))
+               if trained[key] != planned[key]}
+    if changed:
+        listed = "; ".join(f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items())
+        raise RunError(f"{checkpoint} was trained with other model options than its command builds now "
+                       f"({listed}), the defaults changed since it started; nothing was changed: use "
+                       f"another work folder, or delete the run folder to start it again")
 
 
 def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
@@ -235,7 +253,21 @@ def trained_model_config(checkpoint: Path) -> dict:
     defaults of the day included), and the task options that change training."""
     import torch
 
-    cfg = torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"]
+    return _model_and_task(torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"])
+
+
+def planned_model_config(command: List[str]) -> dict:
+    """What :func:`trained_model_config` will say of the model a fairseq-train command builds
+    (read by fairseq's own parser, so the preset's values and the defaults of the day count)."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=list(command[1:]))
+    return _model_and_task(OmegaConf.to_container(convert_namespace_to_omegaconf(args)))
+
+
+def _model_and_task(cfg: dict) -> dict:
     model = {key: value for key, value in dict(cfg["model"]).items() if not key.startswith("max_")}
     task = {key: cfg["task"].get(key) for key in ("train_batches", "stop_after_perfect")}
     return {**model, "task": task}
