@@ -221,6 +221,22 @@ def test_aggregate_tables_equal_a_recount_of_the_records():
     assert "8 runs" in text  # the other variant is not counted
 
 
+def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_path):
+    from fairseq_monoattn.experiments import plots
+
+    records = [record("recopy", "gru_onestep", seed, {"test15": a15, "test100": a100, "test_iid": 100})
+               for seed, (a15, a100) in zip([1, 2, 3], [(100, 90), (50, 0), (99, 97)])]
+    records += [record("recopy", "gru_onestep", 4, {"test15": 0, "test100": 0}, variant="other"),
+                record("copy", "gru_content", 1, {"test15": 3})]  # one length: no curve to draw
+    assert plots.curves(records, "recopy") == {"gru_onestep": [(15, 99, 50, 100, 3), (100, 90, 0, 97, 3)]}
+    assert plots.curves(records, "recopy", "other") == {"gru_onestep": [(15, 0, 0, 0, 1), (100, 0, 0, 0, 1)]}
+    paths = plots.plot_all(records, tmp_path / "figures")
+    assert paths == [tmp_path / "figures" / "length_recopy.png"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    first = paths[0].read_bytes()
+    assert plots.plot_all(records, tmp_path / "figures") == paths and paths[0].read_bytes() == first  # reproducible
+
+
 def test_update_keeps_the_hand_written_text(tmp_path):
     path = tmp_path / "RESULTS.md"
     path.write_text("# Title\n\nmy analysis\n")

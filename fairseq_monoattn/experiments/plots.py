@@ -60,10 +60,9 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFA
     seeds = max(p[4] for points in lines.values() for p in points)
     axis.set_title(f"{TASK_TITLES.get(task, task)}: accuracy against length (up to {seeds} seeds, range shaded)")
     axis.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    figure.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"length_{task}.png"
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # the legend right of the axes and the title included
     plt.close(figure)
     return path
 
