@@ -124,6 +124,18 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
 
 
+def test_progress_estimates_the_time_left_from_recorded_and_new_runs(tmp_path):
+    path = tmp_path / "seed1.json"
+    path.write_text(json.dumps({"training_seconds": 540.0, "scoring_seconds": 60.0}))
+    assert launch.recorded_seconds(path) == 600.0
+    progress = launch.Progress(total=4, skipped=1, log=None, past=[launch.recorded_seconds(path)])
+    assert progress.line(2) == "1/4 runs done, 0 running, 3 left; about 10.0 min a run, 0.2 h left at 2 at once"
+    progress.started()
+    progress.finished(1800.0, ok=True)  # mean of 600 s and 1800 s: 20 min, 2 left at 2 at once
+    assert progress.line(2) == "2/4 runs done, 0 running, 2 left; about 20.0 min a run, 0.3 h left at 2 at once"
+    assert launch.Progress(total=1, skipped=1, log=None, past=[600.0]).line(1) == "1/1 runs done, 0 running, 0 left"
+
+
 def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
     submitit = pytest.importorskip("submitit")
     work, results = tmp_path / "work", tmp_path / "results"

@@ -43,11 +43,12 @@ def spec_from_json(text: str) -> RunSpec:
 
 
 class Progress:
-    """done / running / left, with an estimate of the time left from the runs done here."""
+    """done / running / left, with an estimate of the time left from the durations of the runs
+    done (those recorded before, as their records give them, and those done here)."""
 
-    def __init__(self, total: int, skipped: int, log: Callable[[str], None]):
+    def __init__(self, total: int, skipped: int, log: Callable[[str], None], past: Sequence[float] = ()):
         self.total, self.done, self.running, self.failed = total, skipped, 0, 0
-        self.durations: List[float] = []
+        self.durations: List[float] = list(past)
         self.log = log
         self.lock = threading.Lock()
         self.start = time.time()
@@ -67,12 +68,18 @@ class Progress:
     def line(self, jobs: int) -> str:
         left = self.total - self.done - self.failed
         estimate = ""
-        if self.durations:
+        if self.durations and left > 0:
             mean = sum(self.durations) / len(self.durations)
             hours = mean * max(0, left) / max(1, jobs) / 3600
             estimate = f"; about {mean / 60:.1f} min a run, {hours:.1f} h left at {jobs} at once"
         return (f"{self.done}/{self.total} runs done, {self.running} running, {left} left"
                 + (f", {self.failed} failed" if self.failed else "") + estimate)
+
+
+def recorded_seconds(record_path: Path) -> float:
+    """Training and scoring time of a finished run, from its record."""
+    record = json.loads(Path(record_path).read_text())
+    return record.get("training_seconds", 0.0) + record.get("scoring_seconds", 0.0)
 
 
 def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1,
@@ -81,7 +88,8 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
     """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
     error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
     pending = [s for s in specs if not s.record_path(results).exists()]
-    progress = Progress(len(specs), len(specs) - len(pending), log)
+    progress = Progress(len(specs), len(specs) - len(pending), log,
+                        past=[recorded_seconds(s.record_path(results)) for s in specs if s not in pending])
     log(progress.line(jobs))
     shares = cpu_shares(jobs, cpus)
     free = list(range(jobs))
