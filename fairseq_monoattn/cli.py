@@ -92,7 +92,7 @@ def commit_record(spec, record_path: Path) -> None:
 def sweep_main(argv=None) -> None:
     """fairseq-monoattn-sweep: run, resume or inspect a named sweep of the paper's experiments."""
     from .experiments import aggregate, launch
-    from .experiments.runs import load_records
+    from .experiments.runs import load_records, run_seconds
     from .experiments.sweeps import SWEEPS, Sweep, get_sweep
 
     parser = argparse.ArgumentParser(prog="fairseq-monoattn-sweep", description=sweep_main.__doc__)
@@ -140,7 +140,7 @@ def sweep_main(argv=None) -> None:
         done = [s for s in specs if s.record_path(args.results).exists()]
         records = [r for r in load_records(args.results) if (r["task"], r["arch"]) in sweep.cells] \
             if args.results.exists() else []
-        hours = sum(r["training_seconds"] + r.get("scoring_seconds", 0) for r in records) / max(1, len(records)) / 3600
+        hours = sum(map(run_seconds, records)) / max(1, len(records)) / 3600
         print(f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {args.results}; "
               f"{len(specs) - len(done)} left" + (f", about {hours * (len(specs) - len(done)):.1f} CPU-hours "
                                                   f"at {hours * 60:.1f} min a run" if records else ""))

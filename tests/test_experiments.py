@@ -12,7 +12,7 @@ import pytest
 
 from fairseq_cli_helpers import write_copy_dataset
 from fairseq_monoattn.experiments import aggregate, compare, launch
-from fairseq_monoattn.experiments.runs import RunError, RunSpec, load_records, run
+from fairseq_monoattn.experiments.runs import RunError, RunSpec, load_records, run, run_seconds
 from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match
 from fairseq_monoattn.scoring import CheckpointError, score
 
@@ -127,8 +127,8 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
 def test_progress_estimates_the_time_left_from_recorded_and_new_runs(tmp_path):
     path = tmp_path / "seed1.json"
     path.write_text(json.dumps({"training_seconds": 540.0, "scoring_seconds": 60.0}))
-    assert launch.recorded_seconds(path) == 600.0
-    progress = launch.Progress(total=4, skipped=1, log=None, past=[launch.recorded_seconds(path)])
+    assert run_seconds(json.loads(path.read_text())) == 600.0
+    progress = launch.Progress(total=4, skipped=1, log=None, past=[run_seconds(json.loads(path.read_text()))])
     assert progress.line(2) == "1/4 runs done, 0 running, 3 left; about 10.0 min a run, 0.2 h left at 2 at once"
     progress.started()
     progress.finished(1800.0, ok=True)  # mean of 600 s and 1800 s: 20 min, 2 left at 2 at once

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .paper import paper_value, verdict
-from .runs import DEFAULT_VARIANT, load_records
+from .runs import DEFAULT_VARIANT, load_records, run_seconds
 
 MEAN_STD_TASKS = ("scan", "cfq")
 TASK_TITLES = {
@@ -174,7 +174,7 @@ def budget_line(records: Sequence[dict]) -> str:
     parts = [f"recipe `{recipe}`, at most {epochs} epochs" + (f", stopped once greedy valid accuracy was 100 for "
                                                              f"{stop} epochs" if stop else "")
              for epochs, stop, recipe in budgets]
-    hours = sum(r["training_seconds"] + r.get("scoring_seconds", 0) for r in records) / 3600
+    hours = sum(map(run_seconds, records)) / 3600
     return (f"{len(records)} runs ({'; '.join(parts)}); {hours:.1f} CPU-hours of training and scoring in all. "
             "The paper: at most 100 epochs, early stop after 50 without improvement, median of 5 seeds.")
 

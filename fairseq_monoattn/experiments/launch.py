@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .runs import PLUGIN_DIR, RunSpec, run
+from .runs import PLUGIN_DIR, RunSpec, run, run_seconds
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -70,16 +70,10 @@ class Progress:
         estimate = ""
         if self.durations and left > 0:
             mean = sum(self.durations) / len(self.durations)
-            hours = mean * max(0, left) / max(1, jobs) / 3600
+            hours = mean * left / max(1, jobs) / 3600
             estimate = f"; about {mean / 60:.1f} min a run, {hours:.1f} h left at {jobs} at once"
         return (f"{self.done}/{self.total} runs done, {self.running} running, {left} left"
                 + (f", {self.failed} failed" if self.failed else "") + estimate)
-
-
-def recorded_seconds(record_path: Path) -> float:
-    """Training and scoring time of a finished run, from its record."""
-    record = json.loads(Path(record_path).read_text())
-    return record.get("training_seconds", 0.0) + record.get("scoring_seconds", 0.0)
 
 
 def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1,
@@ -89,7 +83,7 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
     error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
     pending = [s for s in specs if not s.record_path(results).exists()]
     progress = Progress(len(specs), len(specs) - len(pending), log,
-                        past=[recorded_seconds(s.record_path(results)) for s in specs if s not in pending])
+                        past=[run_seconds(json.loads(s.record_path(results).read_text())) for s in specs if s not in pending])
     log(progress.line(jobs))
     shares = cpu_shares(jobs, cpus)
     free = list(range(jobs))

@@ -283,6 +283,11 @@ def environment() -> dict:
             "python": platform.python_version(), "machine": platform.machine()}
 
 
+def run_seconds(record: dict) -> float:
+    """Training and scoring time of a finished run, from its record."""
+    return record.get("training_seconds", 0.0) + record.get("scoring_seconds", 0.0)
+
+
 def load_records(results: Path) -> List[dict]:
     """Every record under a results folder (in a stable order)."""
     return [json.loads(path.read_text()) for path in sorted(Path(results).glob("*/*/*/seed*.json"))]
