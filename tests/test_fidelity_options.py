@@ -121,6 +121,33 @@ def test_xavier_init_shapes_bounds_and_missing_biases():
     assert default.values[2].bias is not None and default.keys.bias is not None
 
 
+
+@pytest.mark.parametrize("projection", [True, False])
+def test_joint_head_init_draws_locattns_step_gate_and_bias_as_one_tensor(projection):
+    """--location-head-init joint: LocAttn's step, bias and gate vectors share one Xavier fan
+    (in d*k, out k, so bound sqrt(6 / (3 (d + 1))), 1/sqrt(3) of each vector's own); the width
+    vector keeps its own fan; with the step as the only such vector (OneStep) both inits agree."""
+    def heads(arch, init):
+        torch.manual_seed(0)
+        attention = build(arch, D, linear_init="xavier", location_projection=projection,
+                          location_head_init=init).decoder.attention
+        rows = attention.location_heads.weight if projection else attention.readout_parts(attention.readout.weight)[1]
+        return attention.location.head_names, rows.detach()
+
+    names, joint = heads("gru_locattn", "joint")
+    _, per_head = heads("gru_locattn", "per-head")
+    assert names == ("step", "width", "bias", "gate")
+    d = joint.size(1)
+    for i, name in enumerate(names):
+        if name == "width":
+            assert torch.equal(joint[i], per_head[i])
+        else:  # the same draws, scaled to the joint bound
+            assert joint[i].abs().max().item() <= xavier_bound(3 * d, 3)
+            assert torch.allclose(joint[i], per_head[i] * (xavier_bound(3 * d, 3) / xavier_bound(d, 1)), atol=1e-6)
+    assert torch.equal(heads("gru_onestep", "joint")[1], heads("gru_onestep", "per-head")[1])
+    with pytest.raises(ValueError, match="--location-head-init"):
+        build("gru_locattn", D, linear_init="xavier", location_head_init="rows")
+
 def test_location_projection_reads_heads_off_an_intermediate_layer():
     """heads = W_heads (W_l h + b_l): the paper's l_t = f_l(h) then the heads."""
     model = build("gru_onestep", D, location_projection=True)

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..limits import NO_LENGTH_LIMIT
 from ..modules.content import SCORERS
-from ..modules.cross_attention import LINEAR_INITS, POSITION_REFERENCES, CrossAttention
+from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, CrossAttention
 from ..modules.location import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
 
 EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
@@ -79,6 +79,9 @@ class GRUSeq2SeqConfig(FairseqDataclass):
     location_projection: bool = option(
         False, "read the location heads off the paper's intermediate l_t = f_l(h) (a d x d layer) "
                "instead of directly off h")
+    location_head_init: ChoiceEnum(LOCATION_HEAD_INITS) = option(
+        "per-head", "with --linear-init xavier: draw each location head vector on its own fan, or the "
+                    "step/gate/bias vectors as one (d, k) tensor as the release's LocAttn")
     sigma_min: float = option(0.27, "minimum width of the location focus")
     step_temperature: float = option(5.0, "T in sigmoid(T * rho) steps")
     softstair_temperature: float = option(20.0, "softstair temperature")

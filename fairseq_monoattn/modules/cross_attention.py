@@ -24,6 +24,7 @@ Initialisation (``--linear-init``): "pytorch" keeps torch's defaults; "xavier" d
 weight of the attention from a Xavier-uniform distribution of its own shape, with no bias
 on the keys, the query, the value output and the location heads, as the authors' release.
 """
+import math
 from typing import Dict, List
 
 import torch
@@ -36,6 +37,12 @@ from .positions import padding_mask
 
 POSITION_REFERENCES = ("mixed", "location")
 LINEAR_INITS = ("pytorch", "xavier")
+# how the xavier init draws the location heads' vectors (step, width, bias, gate):
+# "per-head": each vector on its own fan (d in, 1 out);
+# "joint":    as the release, whose LocAttn draws its step, gate and bias vectors as one
+#             (d, k) tensor, fan in d*k and out k, so bound sqrt(6 / (k (d + 1))); the width
+#             vector stays on its own.  Equal to "per-head" when the step is the only one (k = 1).
+LOCATION_HEAD_INITS = ("per-head", "joint")
 
 
 class CrossAttention(nn.Module):
@@ -55,6 +62,10 @@ class CrossAttention(nn.Module):
                              f"got {cfg.position_reference!r}")
         if cfg.linear_init not in LINEAR_INITS:
             raise ValueError(f"--linear-init must be one of {', '.join(LINEAR_INITS)}, got {cfg.linear_init!r}")
+        if cfg.location_head_init not in LOCATION_HEAD_INITS:
+            raise ValueError(f"--location-head-init must be one of {', '.join(LOCATION_HEAD_INITS)}, "
+                             f"got {cfg.location_head_init!r}")
+        self.location_head_init = cfg.location_head_init
         attention_dim = cfg.attention_dim or query_dim
         xavier = cfg.linear_init == "xavier"
         self.direction_gate = DirectionGate(summary_dim, cfg.direction_temperature) if cfg.direction_gate else None
@@ -103,13 +114,22 @@ class CrossAttention(nn.Module):
             query_bias.zero_()
             nn.init.xavier_uniform_(mix)
             if self.location_heads is None:  # each head a vector of h, as the release's head vectors
-                for row in features.split(1):
-                    nn.init.xavier_uniform_(row)
+                self.init_head_vectors(features)
                 feature_bias.zero_()
             else:  # l_t = W_l h + b_l (torch's default bias), then one vector per head
                 nn.init.xavier_uniform_(features)
-                for row in self.location_heads.weight.split(1):
-                    nn.init.xavier_uniform_(row)
+                self.init_head_vectors(self.location_heads.weight)
+
+    def init_head_vectors(self, rows: torch.Tensor):
+        """Xavier-uniform location head vectors, rows (num_heads, d) in head_names order."""
+        names = self.location.head_names
+        joint = [name for name in names if name != "width"]
+        bound = math.sqrt(6.0 / (len(joint) * (rows.size(1) + 1)))
+        for name, row in zip(names, rows.split(1)):
+            if self.location_head_init == "joint" and name in joint:
+                nn.init.uniform_(row, -bound, bound)
+            else:
+                nn.init.xavier_uniform_(row)
 
     def readout_parts(self, parameter) -> List[torch.Tensor]:
         """[query, location features, mixing logit] rows of the readout's weight or bias."""
