@@ -261,7 +261,7 @@ def test_random_batches_refuse_max_tokens(mixed_copy):
 def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisation():
     """The presets' defaults are the settings RESULTS.md found to reproduce the paper: the
     release's initialisations, no source EOS, the location projection and the mix weight without
-    beta (sigmoid(f(h))); the softmax focus and
+    beta (sigmoid(f(h))), LocAttn's head vectors drawn as one tensor; the softmax focus and
     separate embeddings (the two release settings that slowed learning); the base model keeps
     fairseq's habits."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
@@ -276,10 +276,11 @@ def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisa
 
     release = dict(embedding_init="kaiming-fan-out", boundary_init="zeros", linear_init="xavier",
                    source_eos=False, location_projection=True, location_normalization="softmax",
-                   share_all_embeddings=False, mix_temperature=1.0)
+                   share_all_embeddings=False, mix_temperature=1.0, location_head_init="joint")
     for arch in PRESETS:
         args = resolved(arch)
         assert {k: getattr(args, k) for k in release} == release, arch
     base = resolved("gru_seq2seq")
     assert (base.embedding_init, base.boundary_init, base.linear_init, base.source_eos,
-            base.location_projection, base.mix_temperature) == ("scaled-normal", "normal", "pytorch", True, False, 5.0)
+            base.location_projection, base.mix_temperature, base.location_head_init) == (
+                "scaled-normal", "normal", "pytorch", True, False, 5.0, "per-head")

@@ -113,6 +113,8 @@ class CrossAttention(nn.Module):
             nn.init.xavier_uniform_(query)
             query_bias.zero_()
             nn.init.xavier_uniform_(mix)
+            if self.location is None:  # content scores only: no location features
+                return
             if self.location_heads is None:  # each head a vector of h, as the release's head vectors
                 self.init_head_vectors(features)
                 feature_bias.zero_()
