@@ -24,6 +24,7 @@ from fairseq.models import (
 from omegaconf import OmegaConf, open_dict
 
 from ..limits import NO_LENGTH_LIMIT
+from ..modules.choices import check_choice
 from ..modules.content import SCORERS
 from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, CrossAttention
 from ..modules.location import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
@@ -177,8 +178,7 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
 def build_embedding(dictionary, dim: int, init: str) -> nn.Embedding:
     """scaled-normal: N(0, 1/dim); kaiming-fan-out: N(0, 2/V) with V the vocabulary size (torch's
     kaiming_normal_ with mode="fan_out" on a V x dim matrix).  The padding row is zero."""
-    if init not in EMBEDDING_INITS:
-        raise ValueError(f"--embedding-init must be one of {', '.join(EMBEDDING_INITS)}, got {init!r}")
+    check_choice("embedding-init", init, EMBEDDING_INITS)
     embedding = nn.Embedding(len(dictionary), dim, padding_idx=dictionary.pad())
     std = dim ** -0.5 if init == "scaled-normal" else (2.0 / len(dictionary)) ** 0.5
     nn.init.normal_(embedding.weight, 0, std)
@@ -192,8 +192,7 @@ class GRUEncoder(FairseqEncoder):
 
     def __init__(self, dictionary, embed_tokens: nn.Embedding, cfg):
         super().__init__(dictionary)
-        if cfg.boundary_init not in BOUNDARY_INITS:
-            raise ValueError(f"--boundary-init must be one of {', '.join(BOUNDARY_INITS)}, got {cfg.boundary_init!r}")
+        check_choice("boundary-init", cfg.boundary_init, BOUNDARY_INITS)
         embed_dim = embed_tokens.embedding_dim
         self.padding_idx = dictionary.pad()
         self.eos_idx = dictionary.eos()

@@ -30,6 +30,7 @@ from typing import Dict, List
 import torch
 from torch import nn
 
+from .choices import check_choice
 from .content import SCORERS
 from .direction_gate import DirectionGate
 from .location import LocationAttention
@@ -48,24 +49,18 @@ LOCATION_HEAD_INITS = ("per-head", "joint")
 class CrossAttention(nn.Module):
     """Built from the model's config (``GRUSeq2SeqConfig``): attention_scoring,
     location_attention, direction_gate, position_reference, mix_temperature, attention_dim,
-    location_projection, linear_init and the options of LocationAttention / DirectionGate."""
+    location_projection, linear_init, location_head_init and the options of LocationAttention /
+    DirectionGate."""
 
     def __init__(self, cfg, encoder_dim: int, query_dim: int, summary_dim: int):
         super().__init__()
         scoring = None if cfg.attention_scoring == "none" else cfg.attention_scoring
         if scoring is None and not cfg.location_attention:
             raise ValueError("cross-attention needs content scores (--attention-scoring) or location attention")
-        if scoring is not None and scoring not in SCORERS:
-            raise ValueError(f"--attention-scoring must be one of none, {', '.join(SCORERS)}, got {scoring!r}")
-        if cfg.position_reference not in POSITION_REFERENCES:
-            raise ValueError(f"--position-reference must be one of {', '.join(POSITION_REFERENCES)}, "
-                             f"got {cfg.position_reference!r}")
-        if cfg.linear_init not in LINEAR_INITS:
-            raise ValueError(f"--linear-init must be one of {', '.join(LINEAR_INITS)}, got {cfg.linear_init!r}")
-        if cfg.location_head_init not in LOCATION_HEAD_INITS:
-            raise ValueError(f"--location-head-init must be one of {', '.join(LOCATION_HEAD_INITS)}, "
-                             f"got {cfg.location_head_init!r}")
-        self.location_head_init = cfg.location_head_init
+        check_choice("attention-scoring", cfg.attention_scoring, ("none", *SCORERS))
+        check_choice("position-reference", cfg.position_reference, POSITION_REFERENCES)
+        check_choice("linear-init", cfg.linear_init, LINEAR_INITS)
+        check_choice("location-head-init", cfg.location_head_init, LOCATION_HEAD_INITS)
         attention_dim = cfg.attention_dim or query_dim
         xavier = cfg.linear_init == "xavier"
         self.direction_gate = DirectionGate(summary_dim, cfg.direction_temperature) if cfg.direction_gate else None
@@ -98,9 +93,9 @@ class CrossAttention(nn.Module):
         ]
         self.readout = nn.Linear(query_dim, sum(self.readout_sizes))
         if xavier:
-            self.xavier_init()
+            self.xavier_init(joint_heads=cfg.location_head_init == "joint")
 
-    def xavier_init(self):
+    def xavier_init(self, joint_heads: bool):
         """Xavier-uniform weights of each part's own shape; the biases the release has none
         of (keys, query, value output, location heads) are absent or start at zero."""
         nn.init.xavier_uniform_(self.values[0].weight)
@@ -116,19 +111,20 @@ class CrossAttention(nn.Module):
             if self.location is None:  # content scores only: no location features
                 return
             if self.location_heads is None:  # each head a vector of h, as the release's head vectors
-                self.init_head_vectors(features)
+                self.init_head_vectors(features, joint_heads)
                 feature_bias.zero_()
             else:  # l_t = W_l h + b_l (torch's default bias), then one vector per head
                 nn.init.xavier_uniform_(features)
-                self.init_head_vectors(self.location_heads.weight)
+                self.init_head_vectors(self.location_heads.weight, joint_heads)
 
-    def init_head_vectors(self, rows: torch.Tensor):
-        """Xavier-uniform location head vectors, rows (num_heads, d) in head_names order."""
+    def init_head_vectors(self, rows: torch.Tensor, joint: bool):
+        """Xavier-uniform location head vectors, rows (num_heads, d) in head_names order; with
+        ``joint`` the vectors other than the width share one fan (LOCATION_HEAD_INITS)."""
         names = self.location.head_names
-        joint = [name for name in names if name != "width"]
-        bound = math.sqrt(6.0 / (len(joint) * (rows.size(1) + 1)))
+        shared = [name for name in names if name != "width"]
+        bound = math.sqrt(6.0 / (len(shared) * (rows.size(1) + 1)))
         for name, row in zip(names, rows.split(1)):
-            if self.location_head_init == "joint" and name in joint:
+            if joint and name in shared:
                 nn.init.uniform_(row, -bound, bound)
             else:
                 nn.init.xavier_uniform_(row)

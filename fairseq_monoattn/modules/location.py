@@ -22,6 +22,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .choices import check_choice
 from .positions import normalized_positions
 
 REFERENCES = ("previous", "gated", "initial-bias")
@@ -64,14 +65,9 @@ class LocationAttention(nn.Module):
         step_temperature, softstair_temperature, clamp_slope, mono_gate_init,
         location_normalization)."""
         super().__init__()
-        if cfg.reference not in REFERENCES:
-            raise ValueError(f"--reference must be one of {', '.join(REFERENCES)}, got {cfg.reference!r}")
-        if cfg.step_activation not in STEP_ACTIVATIONS:
-            raise ValueError(f"--step-activation must be one of {', '.join(STEP_ACTIVATIONS)}, "
-                             f"got {cfg.step_activation!r}")
-        if cfg.location_normalization not in NORMALIZATIONS:
-            raise ValueError(f"--location-normalization must be one of {', '.join(NORMALIZATIONS)}, "
-                             f"got {cfg.location_normalization!r}")
+        check_choice("reference", cfg.reference, REFERENCES)
+        check_choice("step-activation", cfg.step_activation, STEP_ACTIVATIONS)
+        check_choice("location-normalization", cfg.location_normalization, NORMALIZATIONS)
         reference = self.reference = str(cfg.reference)
         step_activation = self.step_activation = str(cfg.step_activation)
         self.clamp_center = cfg.clamp_center
