@@ -81,9 +81,14 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
               log: Callable[[str], None] = print) -> Dict[str, str]:
     """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
     error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
-    pending = [s for s in specs if not s.record_path(results).exists()]
-    progress = Progress(len(specs), len(specs) - len(pending), log,
-                        past=[run_seconds(json.loads(s.record_path(results).read_text())) for s in specs if s not in pending])
+    pending, past = [], []
+    for spec in specs:  # a run with a record is done, and its recorded time feeds the estimate
+        path = spec.record_path(results)
+        if path.exists():
+            past.append(run_seconds(json.loads(path.read_text())))
+        else:
+            pending.append(spec)
+    progress = Progress(len(specs), len(past), log, past=past)
     log(progress.line(jobs))
     shares = cpu_shares(jobs, cpus)
     free = list(range(jobs))
