@@ -284,3 +284,23 @@ def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisa
     assert (base.embedding_init, base.boundary_init, base.linear_init, base.source_eos,
             base.location_projection, base.mix_temperature, base.location_head_init) == (
                 "scaled-normal", "normal", "pytorch", True, False, 5.0, "per-head")
+
+
+def test_the_step2_ablation_is_locattns_reference_with_its_clamp_and_joint_heads():
+    """-Step 2 is OneStep with LocAttn's reference g*pa + b; as in the release's ablation, the
+    centre is leaky-clamped to [0, 1] and the step, bias and gate vectors share one Xavier fan;
+    the other ablations keep OneStep's unclamped reference pa."""
+    ablation = build("gru_onestep_minus_step2", D).decoder.attention
+    assert ablation.location.head_names == ("step", "width", "bias", "gate")
+    d = ablation.location_heads.weight.size(1)
+    shared = ablation.location_heads.weight[[0, 2, 3]]
+    assert shared.abs().max().item() <= xavier_bound(3 * d, 3)
+    # every head saturated upwards: ref = sigmoid(g) * 0.9 + sigmoid(b) ~ 1.9, plus a step
+    logits, previous = torch.full((2, 4), 30.0), torch.tensor([0.9, 0.9])
+    memory = ablation.location.prepare(torch.tensor([5, 5]), 5)
+    _, mu = ablation.location(logits, previous, memory, torch.zeros(2, 5, dtype=torch.bool), step=2)
+    unclamped = 0.9 + 1.0 + 1.0 / 4
+    assert torch.allclose(mu, torch.full((2,), 1.0 + 0.01 * unclamped))
+    for arch in ("gru_onestep", "gru_onestep_minus_step3", "gru_onestep_minus_sigmoid"):
+        location = build(arch, D).decoder.attention.location
+        assert location.head_names == ("step", "width") and not location.clamp_center, arch

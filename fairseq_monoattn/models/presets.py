@@ -71,7 +71,9 @@ PRESETS = {
     "gru_mix_rmonoattn": dict(RMONO, **MIX),
     "gru_mix_rmonoattn_pr": dict(RMONO, **MIX, **PR),
     # ablations of OneStep (paper Table 3)
-    "gru_onestep_minus_step2": dict(ONESTEP, reference="gated"),  # LocAttn's reference g*pa + b
+    # LocAttn's reference g*pa + b, with LocAttn's leaky clamp of mu (as the release's ablation
+    # clamps it), step, gate and bias vectors drawn as one tensor there too
+    "gru_onestep_minus_step2": dict(ONESTEP, reference="gated", clamp_center=True),
     "gru_onestep_minus_step3": dict(ONESTEP, step_activation="softstair"),
     "gru_onestep_minus_sigmoid": dict(ONESTEP, step_activation="none"),
 }
