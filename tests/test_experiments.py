@@ -12,7 +12,8 @@ import pytest
 
 from fairseq_cli_helpers import write_copy_dataset
 from fairseq_monoattn.experiments import aggregate, compare, launch
-from fairseq_monoattn.experiments.runs import RunError, RunSpec, load_records, run, run_seconds
+from fairseq_monoattn.experiments.runs import (RunError, RunSpec, check_checkpoint_matches, load_records, run,
+                                              run_seconds, train_command)
 from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match
 from fairseq_monoattn.scoring import CheckpointError, score
 
@@ -190,6 +191,29 @@ def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
         run(spec, work, results)
     assert last.read_bytes() == before and not (spec.run_dir(work) / "train.log").exists()
     assert not spec.record_path(results).exists()
+
+
+def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp_path):
+    """A OneStep checkpoint from before the mix temperature's or the head init's default changed
+    continues (OneStep mixes nothing, and its step is its only head vector); a changed step
+    temperature, which OneStep reads, is still refused."""
+    import torch
+
+    work, _, spec, _ = finished
+    checkpoint = torch.load(spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt", map_location="cpu",
+                            weights_only=False)
+    command = train_command(spec, spec.data_dir(work), spec.run_dir(work))
+    model = checkpoint["cfg"]["model"]
+    assert (model["mix_temperature"], model["location_head_init"], model["step_temperature"]) == (1.0, "joint", 5.0)
+    model.update(mix_temperature=5.0, location_head_init="per-head")
+    last = tmp_path / "checkpoint_last.pt"
+    torch.save(checkpoint, last)
+    check_checkpoint_matches(last, command)  # no error
+    model["step_temperature"] = 2.0
+    torch.save(checkpoint, last)
+    with pytest.raises(RunError, match=r"step_temperature: 2.0 in the checkpoint, 5.0 now") as refused:
+        check_checkpoint_matches(last, command)
+    assert "mix_temperature" not in str(refused.value) and "location_head_init" not in str(refused.value)
 
 
 def test_comparison_puts_option_sets_side_by_side(tmp_path):

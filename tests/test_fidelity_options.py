@@ -304,3 +304,45 @@ def test_the_step2_ablation_is_locattns_reference_with_its_clamp_and_joint_heads
     for arch in ("gru_onestep", "gru_onestep_minus_step3", "gru_onestep_minus_sigmoid"):
         location = build(arch, D).decoder.attention.location
         assert location.head_names == ("step", "width") and not location.clamp_center, arch
+
+
+def test_options_a_model_does_not_read_change_nothing_in_it():
+    """unused_options (which the resume check skips): for every preset, another value of each
+    option it lists builds the same parameters and the same outputs; and two options it does
+    read (the step and mix temperatures) change the outputs, so the comparison can tell."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from fairseq_monoattn.models.gru_seq2seq import CONFIG_FIELDS, config_defaults, fill_missing, unused_options
+    from fairseq_monoattn.models.presets import PRESETS
+
+    sample = batch(D, [list("3141"), list("59265")], [list("3141"), list("59265")])
+
+    def outputs(arch, **overrides):
+        model = build(arch, D, **overrides)
+        with torch.no_grad():
+            return model.state_dict(), model(**sample["net_input"])[0]
+
+    def other_value(name, value):
+        kind = CONFIG_FIELDS[name].type
+        if kind is bool:
+            return not value
+        if hasattr(kind, "__members__"):
+            return next(member.value for member in kind if member.value != value)
+        return value * 2 + 0.5
+
+    checked = 0
+    for arch in PRESETS:
+        args = argparse.Namespace(arch=arch)
+        ARCH_CONFIG_REGISTRY[arch](args)
+        fill_missing(args, config_defaults())
+        resolved = vars(args)
+        params, logits = outputs(arch)
+        for name in sorted(unused_options(resolved)):
+            other_params, other_logits = outputs(arch, **{name: other_value(name, resolved[name])})
+            assert other_params.keys() == params.keys(), (arch, name)
+            assert all(torch.equal(other_params[k], params[k]) for k in params), (arch, name)
+            assert torch.equal(other_logits, logits), (arch, name)
+            checked += 1
+    assert checked > 100
+    for arch, name in (("gru_onestep", "step_temperature"), ("gru_mix_onestep", "mix_temperature")):
+        assert name not in unused_options(PRESETS[arch])
+        assert not torch.equal(outputs(arch)[1], outputs(arch, **{name: 0.5})[1]), (arch, name)

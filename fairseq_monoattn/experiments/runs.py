@@ -213,8 +213,12 @@ def check_checkpoint_matches(checkpoint: Path, command: List[str]) -> None:
     """Resuming continues the checkpoint's weights under the model the command builds *today*;
     the same command line builds another model once a default has changed (an init, the
     normalisation, ...), which would mix two models in one run without a word."""
+    from ..models.gru_seq2seq import unused_options
+
     trained, planned = trained_model_config(checkpoint), planned_model_config(command)
-    changed = {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned))
+    # an option neither model reads changes nothing (the mix temperature of a model that mixes nothing)
+    no_op = unused_options(trained) & unused_options(planned)
+    changed = {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned) - no_op)
                if trained[key] != planned[key]}
     if changed:
         listed = "; ".join(f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items())

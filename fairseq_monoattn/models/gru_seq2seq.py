@@ -115,6 +115,40 @@ def config_defaults() -> dict:
     return defaults
 
 
+LOCATION_OPTIONS = ("reference", "step_activation", "clamp_center", "position_reference", "location_normalization",
+                    "location_projection", "location_head_init", "sigma_min", "step_temperature",
+                    "softstair_temperature", "clamp_slope", "mono_gate_init", "mix_temperature")
+
+
+def unused_options(cfg: dict) -> set:
+    """The options of ``cfg`` (a model config as a dict) that the model it describes never reads,
+    so that no value of theirs changes it: the location options of a content-only model, the mix
+    temperature and position reference of a model that mixes nothing, the head init where every
+    location vector keeps its own fan, the temperature of an activation not used, ..."""
+    cfg = {**config_defaults(), **cfg}  # a checkpoint older than an option held its default
+    unused = set()
+    location, mixes = cfg["location_attention"], cfg["location_attention"] and cfg["attention_scoring"] != "none"
+    if not location:
+        unused.update(LOCATION_OPTIONS)
+    if not mixes:
+        unused.update(("mix_temperature", "position_reference"))
+    activation = cfg["step_activation"]
+    if activation not in ("sigmoid", "mono"):
+        unused.add("step_temperature")
+    if activation != "softstair":
+        unused.add("softstair_temperature")
+    if activation != "mono":
+        unused.add("mono_gate_init")
+    if not cfg["clamp_center"]:
+        unused.add("clamp_slope")
+    # "joint" and "per-head" differ only for xavier and more than the step vector (not "previous")
+    if cfg["linear_init"] != "xavier" or cfg["reference"] == "previous":
+        unused.add("location_head_init")
+    if not cfg["direction_gate"]:
+        unused.add("direction_temperature")
+    return unused
+
+
 @register_model("gru_seq2seq", dataclass=GRUSeq2SeqConfig)
 class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
     @staticmethod
