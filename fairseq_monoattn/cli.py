@@ -166,7 +166,7 @@ def aggregate_main(argv=None) -> None:
     """fairseq-monoattn-aggregate: the paper's tables from run records, with the paper's values."""
     from .experiments.aggregate import render, update_file
     from .experiments.plots import plot_all
-    from .experiments.runs import load_records
+    from .experiments.runs import describe_differences, load_records, outdated_records, spec_of
 
     parser = argparse.ArgumentParser(prog="fairseq-monoattn-aggregate", description=aggregate_main.__doc__)
     parser.add_argument("results", type=Path, help="a results folder (RESULTS/TASK/ARCH/VARIANT/seedN.json)")
@@ -175,10 +175,22 @@ def aggregate_main(argv=None) -> None:
                         help="rewrite the generated part of FILE (e.g. RESULTS.md), keep the rest")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="also draw accuracy against length per task into DIR (linked from the tables)")
+    parser.add_argument("--include-outdated", action="store_true",
+                        help="table records whose model is no longer the one their command builds (a preset or "
+                             "a default changed since they ran) instead of refusing")
     args = parser.parse_args(argv)
     records = load_records(args.results)
     if not records:
         raise SystemExit(f"error: no records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)")
+    outdated = outdated_records([r for r in records if r["variant"] == args.variant])
+    if outdated and not args.include_outdated:
+        listed = "\n".join(f"  {spec_of(record).record_path(args.results)}: {describe_differences(changed, 'there')}"
+                           for record, changed in outdated[:10])
+        more = f"\n  ... and {len(outdated) - 10} more" if len(outdated) > 10 else ""
+        raise SystemExit(f"error: {len(outdated)} records of variant {args.variant!r} were trained with other model "
+                         f"options than their commands build now:\n{listed}{more}\nmove them to a variant named "
+                         f"for what they ran (its folder, and the record's variant and options), run them again, "
+                         f"or pass --include-outdated; nothing was written")
     plots = []
     if args.plots is not None:  # linked relative to the file the tables go to
         base = args.update.parent if args.update else Path(".")

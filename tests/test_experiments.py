@@ -216,6 +216,32 @@ def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp
     assert "mix_temperature" not in str(refused.value) and "location_head_init" not in str(refused.value)
 
 
+def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, tmp_path, capsys):
+    """A record trained under another default than its command builds today is named, with what
+    changed, and nothing is written; an option the model does not read does not count."""
+    from fairseq_monoattn.cli import aggregate_main
+
+    _, results, spec, record = finished
+    moved = tmp_path / "results"
+    path = spec.record_path(moved)
+    path.parent.mkdir(parents=True)
+    out = tmp_path / "RESULTS.md"
+    record = json.loads(json.dumps(record))
+    record["model_config"]["mix_temperature"] = 5.0  # OneStep mixes nothing
+    path.write_text(json.dumps(record))
+    aggregate_main([str(moved), "--update", str(out)])
+    assert out.exists()
+    out.unlink()
+    record["model_config"]["step_temperature"] = 2.0
+    path.write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match=rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
+                                         r"step_temperature: 2.0 there, 5.0 now"):
+        aggregate_main([str(moved), "--update", str(out)])
+    assert not out.exists()
+    aggregate_main([str(moved), "--update", str(out), "--include-outdated"])
+    assert "Generated from 1 records" in out.read_text()
+
+
 def test_comparison_puts_option_sets_side_by_side(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])

@@ -213,18 +213,53 @@ def check_checkpoint_matches(checkpoint: Path, command: List[str]) -> None:
     """Resuming continues the checkpoint's weights under the model the command builds *today*;
     the same command line builds another model once a default has changed (an init, the
     normalisation, ...), which would mix two models in one run without a word."""
-    from ..models.gru_seq2seq import unused_options
-
-    trained, planned = trained_model_config(checkpoint), planned_model_config(command)
-    # an option neither model reads changes nothing (the mix temperature of a model that mixes nothing)
-    no_op = unused_options(trained) & unused_options(planned)
-    changed = {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned) - no_op)
-               if trained[key] != planned[key]}
+    changed = model_differences(trained_model_config(checkpoint), planned_model_config(command))
     if changed:
-        listed = "; ".join(f"{key}: {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items())
         raise RunError(f"{checkpoint} was trained with other model options than its command builds now "
-                       f"({listed}), the defaults changed since it started; nothing was changed: use "
-                       f"another work folder, or delete the run folder to start it again")
+                       f"({describe_differences(changed, 'in the checkpoint')}), the defaults changed since it "
+                       f"started; nothing was changed: use another work folder, or delete the run folder to "
+                       f"start it again")
+
+
+def model_differences(trained: dict, planned: dict) -> Dict[str, tuple]:
+    """{option: (trained value, planned value)} over the options either model reads.  An option
+    the trained config lacks (it predates the option) counts as its base default, since every
+    option was added with the old behaviour as its default."""
+    from ..models.gru_seq2seq import config_defaults, unused_options
+
+    trained = {**config_defaults(), **trained}
+    no_op = unused_options(trained) & unused_options(planned)  # e.g. the mix temperature of OneStep
+    return {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned) - no_op)
+            if trained[key] != planned[key]}
+
+
+def describe_differences(changed: Dict[str, tuple], where: str) -> str:
+    return "; ".join(f"{key}: {old!r} {where}, {new!r} now" for key, (old, new) in changed.items())
+
+
+def spec_of(record: dict) -> RunSpec:
+    return RunSpec(task=record["task"], arch=record["arch"], seed=record["seed"], data_seed=record["data_seed"],
+                   variant=record["variant"], options=tuple(record["options"]), max_epoch=record["max_epoch"],
+                   stop_after_perfect=record["stop_after_perfect"], recipe=record["recipe"])
+
+
+def outdated_records(records: List[dict]) -> List[Tuple[dict, Dict[str, tuple]]]:
+    """The records whose trained model is not the one their command builds today (a preset or a
+    default changed since they ran), each with what changed.  A record without a model config
+    (an early record version) cannot be checked and is not listed."""
+    planned_by_command, outdated = {}, []
+    for record in records:
+        if not record.get("model_config"):
+            continue
+        spec = spec_of(record)
+        command = tuple(train_command(spec, Path("data"), Path("run")))
+        key = command[:command.index("--seed")] + command[command.index("--seed") + 2:]  # seeds share a model
+        if key not in planned_by_command:
+            planned_by_command[key] = planned_model_config(list(command))
+        changed = model_differences(record["model_config"], planned_by_command[key])
+        if changed:
+            outdated.append((record, changed))
+    return outdated
 
 
 def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
@@ -297,4 +332,4 @@ def load_records(results: Path) -> List[dict]:
     return [json.loads(path.read_text()) for path in sorted(Path(results).glob("*/*/*/seed*.json"))]
 
 
-__all__ = ["RunSpec", "RunError", "run", "load_records"]
+__all__ = ["RunSpec", "RunError", "run", "load_records", "outdated_records"]
