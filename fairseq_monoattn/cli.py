@@ -1,6 +1,7 @@
 """The plugin's command lines (installed as ``fairseq-monoattn-*``; the scripts under
 ``examples/`` and ``preprocess/`` call the same functions)."""
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -92,7 +93,7 @@ def commit_record(spec, record_path: Path) -> None:
 def sweep_main(argv=None) -> None:
     """fairseq-monoattn-sweep: run, resume or inspect a named sweep of the paper's experiments."""
     from .experiments import aggregate, launch
-    from .experiments.runs import load_records, run_seconds
+    from .experiments.runs import describe_differences, load_records, outdated_records, run_seconds, spec_of
     from .experiments.sweeps import SWEEPS, Sweep, get_sweep
 
     parser = argparse.ArgumentParser(prog="fairseq-monoattn-sweep", description=sweep_main.__doc__)
@@ -144,6 +145,10 @@ def sweep_main(argv=None) -> None:
         print(f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {args.results}; "
               f"{len(specs) - len(done)} left" + (f", about {hours * (len(specs) - len(done)):.1f} CPU-hours "
                                                   f"at {hours * 60:.1f} min a run" if records else ""))
+        outdated = outdated_records([json.loads(s.record_path(args.results).read_text()) for s in done])
+        for record, changed in outdated:
+            print(f"outdated: {spec_of(record).record_path(args.results)} ({describe_differences(changed, 'there')}); "
+                  f"fairseq-monoattn-aggregate refuses it")
         return
     log = lambda line: print(line, flush=True)  # noqa: E731
     if args.slurm:

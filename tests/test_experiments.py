@@ -219,7 +219,7 @@ def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp
 def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, tmp_path, capsys):
     """A record trained under another default than its command builds today is named, with what
     changed, and nothing is written; an option the model does not read does not count."""
-    from fairseq_monoattn.cli import aggregate_main
+    from fairseq_monoattn.cli import aggregate_main, sweep_main
 
     _, results, spec, record = finished
     moved = tmp_path / "results"
@@ -240,6 +240,12 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     assert not out.exists()
     aggregate_main([str(moved), "--update", str(out), "--include-outdated"])
     assert "Generated from 1 records" in out.read_text()
+    capsys.readouterr()
+    smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
+    path.unlink()
+    smoke.write_text(json.dumps(dict(record, seed=1)))
+    sweep_main(["status", "smoke", "--results", str(moved)])
+    assert re.search(r"outdated: \S+seed1.json \(step_temperature: 2.0 there, 5.0 now\)", capsys.readouterr().out)
 
 
 def test_comparison_puts_option_sets_side_by_side(tmp_path):

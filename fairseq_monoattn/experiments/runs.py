@@ -16,12 +16,14 @@ overwritten.
 """
 import fcntl
 import json
+import logging
 import os
 import platform
 import re
 import subprocess
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,7 +305,16 @@ def planned_model_config(command: List[str]) -> dict:
     from omegaconf import OmegaConf
 
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=list(command[1:]))
-    return _model_and_task(OmegaConf.to_container(convert_namespace_to_omegaconf(args)))
+    hydra_log = logging.getLogger("hydra")
+    level = hydra_log.level
+    with warnings.catch_warnings():  # hydra's deprecation notices, once per parse
+        warnings.simplefilter("ignore")
+        hydra_log.setLevel(logging.WARNING)
+        try:
+            config = convert_namespace_to_omegaconf(args)
+        finally:
+            hydra_log.setLevel(level)
+    return _model_and_task(OmegaConf.to_container(config))
 
 
 def _model_and_task(cfg: dict) -> dict:
