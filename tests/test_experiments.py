@@ -173,6 +173,27 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     assert record["epochs_run"] == 6 and len(record["valid_accuracy"]) == 6
 
 
+def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
+    """A run killed before it ends keeps the time it trained: the time so far (over what earlier
+    parts took) is written every TIMING_INTERVAL seconds, not only at the end."""
+    from fairseq_monoattn.experiments import runs
+
+    monkeypatch.setattr(runs, "TIMING_INTERVAL", 0.2)
+    timing_file = tmp_path / "timing.json"
+    waiter = ("import json, pathlib, time\n"
+              f"path = pathlib.Path({str(timing_file)!r})\n"
+              "deadline = time.time() + 60\n"
+              "while not path.exists() and time.time() < deadline: time.sleep(0.05)\n"
+              "print(json.loads(path.read_text())['training_seconds'])\n")
+    timing = {"training_seconds": 100.0}
+    with open(tmp_path / "out.log", "w") as out:
+        code = runs.run_timed([sys.executable, "-c", waiter], out, timing, timing_file)
+    assert code == 0
+    seen_while_running = float((tmp_path / "out.log").read_text())
+    assert 100.2 <= seen_while_running <= timing["training_seconds"]
+    assert json.loads(timing_file.read_text()) == timing
+
+
 def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
     """Same command, changed default: the half-trained checkpoint must not be continued."""
     import torch

@@ -182,12 +182,8 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
     timing = json.loads(timing_file.read_text()) if timing_file.exists() else {"training_seconds": 0.0}
     if not scores_file.exists():
         log(f"[{spec.key}] training")
-        start = time.time()
         with open(run_dir / "stdout.log", "a") as out:
-            code = subprocess.run(command, env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=out,
-                                  stderr=subprocess.STDOUT).returncode
-        timing["training_seconds"] += time.time() - start
-        write_json_atomic(timing_file, timing)
+            code = run_timed(command, out, timing, timing_file)
         if code != 0:
             raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
         log(f"[{spec.key}] scoring checkpoint_best.pt")
@@ -200,6 +196,27 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
     write_json_atomic(record_path, record)
     log(f"[{spec.key}] recorded {record_path}")
     return record
+
+
+TIMING_INTERVAL = 60.0  # seconds between two writes of a training run's time so far
+
+
+def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
+    """Run fairseq-train, adding its time to ``timing["training_seconds"]`` and writing it to
+    ``timing_file`` every TIMING_INTERVAL seconds, so a run killed and resumed later still counts
+    (within a minute) the time its first part took."""
+    base, start = timing["training_seconds"], time.time()
+    process = subprocess.Popen(command, env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=out,
+                               stderr=subprocess.STDOUT)
+    while True:
+        try:
+            code = process.wait(timeout=TIMING_INTERVAL)
+        except subprocess.TimeoutExpired:
+            code = None
+        timing["training_seconds"] = base + time.time() - start
+        write_json_atomic(timing_file, timing)
+        if code is not None:
+            return code
 
 
 def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
