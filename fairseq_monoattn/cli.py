@@ -93,7 +93,7 @@ def commit_record(spec, record_path: Path) -> None:
 def sweep_main(argv=None) -> None:
     """fairseq-monoattn-sweep: run, resume or inspect a named sweep of the paper's experiments."""
     from .experiments import aggregate, launch
-    from .experiments.runs import describe_differences, load_records, outdated_records, run_seconds, spec_of
+    from .experiments.runs import describe_differences, load_records, outdated_records, run_seconds, spec_from_dict
     from .experiments.sweeps import SWEEPS, Sweep, get_sweep
 
     parser = argparse.ArgumentParser(prog="fairseq-monoattn-sweep", description=sweep_main.__doc__)
@@ -147,8 +147,8 @@ def sweep_main(argv=None) -> None:
                                                   f"at {hours * 60:.1f} min a run" if records else ""))
         outdated = outdated_records([json.loads(s.record_path(args.results).read_text()) for s in done])
         for record, changed in outdated:
-            print(f"outdated: {spec_of(record).record_path(args.results)} ({describe_differences(changed, 'there')}); "
-                  f"fairseq-monoattn-aggregate refuses it")
+            path = spec_from_dict(record).record_path(args.results)
+            print(f"outdated: {path} ({describe_differences(changed, 'there')}); fairseq-monoattn-aggregate refuses it")
         return
     log = lambda line: print(line, flush=True)  # noqa: E731
     if args.slurm:
@@ -171,7 +171,7 @@ def aggregate_main(argv=None) -> None:
     """fairseq-monoattn-aggregate: the paper's tables from run records, with the paper's values."""
     from .experiments.aggregate import render, update_file
     from .experiments.plots import plot_all
-    from .experiments.runs import describe_differences, load_records, outdated_records, spec_of
+    from .experiments.runs import describe_differences, load_records, outdated_records, spec_from_dict
 
     parser = argparse.ArgumentParser(prog="fairseq-monoattn-aggregate", description=aggregate_main.__doc__)
     parser.add_argument("results", type=Path, help="a results folder (RESULTS/TASK/ARCH/VARIANT/seedN.json)")
@@ -189,8 +189,8 @@ def aggregate_main(argv=None) -> None:
         raise SystemExit(f"error: no records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)")
     outdated = outdated_records([r for r in records if r["variant"] == args.variant])
     if outdated and not args.include_outdated:
-        listed = "\n".join(f"  {spec_of(record).record_path(args.results)}: {describe_differences(changed, 'there')}"
-                           for record, changed in outdated[:10])
+        listed = "\n".join(f"  {spec_from_dict(record).record_path(args.results)}: "
+                           f"{describe_differences(changed, 'there')}" for record, changed in outdated[:10])
         more = f"\n  ... and {len(outdated) - 10} more" if len(outdated) > 10 else ""
         raise SystemExit(f"error: {len(outdated)} records of variant {args.variant!r} were trained with other model "
                          f"options than their commands build now:\n{listed}{more}\nmove them to a variant named "

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .runs import PLUGIN_DIR, RunSpec, run, run_seconds
+from .runs import PLUGIN_DIR, RunSpec, run, run_seconds, spec_from_dict
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -37,9 +37,7 @@ def spec_to_json(spec: RunSpec) -> str:
 
 
 def spec_from_json(text: str) -> RunSpec:
-    values = json.loads(text)
-    values["options"] = tuple(values.get("options", ()))
-    return RunSpec(**values)
+    return spec_from_dict(json.loads(text))
 
 
 class Progress:

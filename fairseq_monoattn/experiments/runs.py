@@ -25,7 +25,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -256,10 +256,12 @@ def describe_differences(changed: Dict[str, tuple], where: str) -> str:
     return "; ".join(f"{key}: {old!r} {where}, {new!r} now" for key, (old, new) in changed.items())
 
 
-def spec_of(record: dict) -> RunSpec:
-    return RunSpec(task=record["task"], arch=record["arch"], seed=record["seed"], data_seed=record["data_seed"],
-                   variant=record["variant"], options=tuple(record["options"]), max_epoch=record["max_epoch"],
-                   stop_after_perfect=record["stop_after_perfect"], recipe=record["recipe"])
+def spec_from_dict(values: dict) -> RunSpec:
+    """The RunSpec that a dict of its fields names: a spec sent as JSON, or a run record (whose
+    other keys are ignored)."""
+    named = {f.name: values[f.name] for f in fields(RunSpec) if f.name in values}
+    named["options"] = tuple(named.get("options", ()))
+    return RunSpec(**named)
 
 
 def outdated_records(records: List[dict]) -> List[Tuple[dict, Dict[str, tuple]]]:
@@ -270,7 +272,7 @@ def outdated_records(records: List[dict]) -> List[Tuple[dict, Dict[str, tuple]]]
     for record in records:
         if not record.get("model_config"):
             continue
-        spec = spec_of(record)
+        spec = spec_from_dict(record)
         command = tuple(train_command(spec, Path("data"), Path("run")))
         key = command[:command.index("--seed")] + command[command.index("--seed") + 2:]  # seeds share a model
         if key not in planned_by_command:

@@ -115,9 +115,10 @@ def config_defaults() -> dict:
     return defaults
 
 
-LOCATION_OPTIONS = ("reference", "step_activation", "clamp_center", "position_reference", "location_normalization",
-                    "location_projection", "location_head_init", "sigma_min", "step_temperature",
-                    "softstair_temperature", "clamp_slope", "mono_gate_init", "mix_temperature")
+# read only with location attention (the mixing options: only when mixing, below)
+LOCATION_OPTIONS = ("reference", "step_activation", "clamp_center", "location_normalization", "location_projection",
+                    "location_head_init", "sigma_min", "step_temperature", "softstair_temperature", "clamp_slope",
+                    "mono_gate_init")
 
 
 def unused_options(cfg: dict) -> set:
