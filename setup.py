@@ -28,11 +28,10 @@ setup(
         'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
         "torch>=1.13",
         "sacrebleu>=2.0",
-        "nltk>=3.7",
         "numpy",
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "nltk>=3.7"],  # NLTK: the reference edit distance in the tests
         "plots": ["matplotlib>=3.5"],
         "slurm": ["submitit>=1.4"],
     },

@@ -1,14 +1,14 @@
 """Sequence accuracy and edit distance: one definition for validation, scoring and tests.
 
 Exact match: the whole output, EOS included, equals the target (no oracle length, no
-truncation).  Edit distance: NLTK's Levenshtein distance between output and target tokens
-(EOS excluded), as in the paper's appendix.
+truncation).  Edit distance: the Levenshtein distance between output and target tokens (EOS
+excluded; unit costs, no transpositions), the value NLTK's ``edit_distance`` gives, as in the
+paper's appendix.
 """
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, Hashable, List, Sequence
 
 import torch
-from nltk.metrics.distance import edit_distance as nltk_edit_distance
 
 
 def strip_pad(tokens: torch.Tensor, pad: int) -> List[int]:
@@ -19,12 +19,49 @@ def is_exact_match(hypothesis: Sequence[int], target: Sequence[int]) -> bool:
     return list(hypothesis) == list(target)
 
 
+def levenshtein(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
+    """Levenshtein distance (insert, delete, substitute, each costing 1) in O(len(b)) steps on
+    bit vectors of len(a) bits (Myers 1999, in Hyyro's 2001 form), instead of the len(a) x len(b)
+    table: a 600-token output against its target takes a millisecond, not a quarter second.
+
+    Column j of the table D[i][j] (distance of a[:i] and b[:j]) is kept as its vertical steps
+    D[i][j] - D[i-1][j] in {+1, 0, -1}: bit i of ``plus``/``minus`` is set where the step is
+    +1/-1.  ``distance`` follows the last row, D[len(a)][j]."""
+    if len(a) > len(b):
+        a, b = b, a
+    if not a:
+        return len(b)
+    occurs = {}  # token -> bit i set where a[i] == token
+    for i, token in enumerate(a):
+        occurs[token] = occurs.get(token, 0) | (1 << i)
+    mask, last_row = (1 << len(a)) - 1, 1 << (len(a) - 1)
+    plus, minus, distance = mask, 0, len(a)  # first column: D[i][0] = i, every step +1
+    for token in b:
+        match = occurs.get(token, 0)
+        vertical_change = match | minus
+        # horizontal steps D[i][j] - D[i][j-1]: the carry of (match & plus) + plus runs along the
+        # diagonals where a match lets the distance stay put
+        horizontal_change = ((((match & plus) + plus) ^ plus) | match) & mask
+        h_plus = (minus | ~(horizontal_change | plus)) & mask
+        h_minus = plus & horizontal_change
+        if h_plus & last_row:
+            distance += 1
+        elif h_minus & last_row:
+            distance -= 1
+        # shift the horizontal steps down one row; row 0 (D[0][j] = j) always steps +1
+        h_plus = ((h_plus << 1) | 1) & mask
+        h_minus = (h_minus << 1) & mask
+        plus = (h_minus | ~(vertical_change | h_plus)) & mask
+        minus = h_plus & vertical_change
+    return distance
+
+
 def edit_distance(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> int:
     def body(tokens):
         tokens = list(tokens)
         return tokens[:-1] if tokens and tokens[-1] == eos else tokens
 
-    return nltk_edit_distance(body(hypothesis), body(target))
+    return levenshtein(body(hypothesis), body(target))
 
 
 def greedy_generator(models, target_dictionary, max_len_a: float = 0.0, max_len_b: int = 200):

@@ -14,7 +14,7 @@ from fairseq_cli_helpers import write_copy_dataset
 from fairseq_monoattn.experiments import aggregate, compare, launch
 from fairseq_monoattn.experiments.runs import (RunError, RunSpec, check_checkpoint_matches, load_records, run,
                                               run_seconds, train_command)
-from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match
+from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match, levenshtein
 from fairseq_monoattn.scoring import CheckpointError, score
 
 EOS = 2
@@ -38,6 +38,33 @@ def test_tally_on_hand_made_hypotheses():
     tally.add([c[0] for c in cases], [target] * len(cases), EOS)
     assert (tally.size, tally.correct, tally.edit_distance) == (6, 1, 9)
     assert tally.accuracy == pytest.approx(100 / 6) and tally.mean_edit_distance == 1.5
+
+
+def test_levenshtein_equals_nltks_edit_distance():
+    """The bit-vector distance against NLTK's table (the paper's definition) on random pairs:
+    alphabets of 1 to 12 tokens, empty sides, lengths on both sides of the 64-bit word, near-copies
+    (a few edits of one sequence, the case scoring meets most) and tokens that are not ints."""
+    import random
+
+    from nltk.metrics.distance import edit_distance as nltk_edit_distance
+
+    rng = random.Random(7)
+    pairs = [([], []), ([], [3, 4]), ("kitten", "sitting"), (list("flaw"), list("lawn")), ([1] * 70, [1] * 64)]
+    for _ in range(1500):
+        alphabet = rng.choice([1, 2, 3, 10, 12])
+        a = [rng.randrange(alphabet) for _ in range(rng.choice([rng.randrange(12), rng.randrange(60, 140)]))]
+        b = [rng.randrange(alphabet) for _ in range(rng.choice([rng.randrange(12), rng.randrange(60, 140)]))]
+        pairs.append((a, b))
+        edited = list(a)
+        for _ in range(rng.randrange(4)):
+            where = rng.randrange(len(edited) + 1)
+            rng.choice([lambda: edited.insert(where, rng.randrange(alphabet)),
+                        lambda: edited[where:where + 1].__setitem__(slice(None), [rng.randrange(alphabet)]),
+                        lambda: edited[where:where + 1].clear()])()
+        pairs.append((a, edited))
+    for a, b in pairs:
+        assert levenshtein(a, b) == levenshtein(b, a) == nltk_edit_distance(a, b), (a, b)
+    assert levenshtein("kitten", "sitting") == 3 and levenshtein([1] * 70, [1] * 64) == 6
 
 
 def tiny_spec(seed=3, task="copy", arch="gru_onestep", max_epoch=2, **kw):
