@@ -56,12 +56,13 @@ def levenshtein(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
     return distance
 
 
-def edit_distance(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> int:
-    def body(tokens):
-        tokens = list(tokens)
-        return tokens[:-1] if tokens and tokens[-1] == eos else tokens
+def without_eos(tokens: Sequence[int], eos: int) -> List[int]:
+    tokens = list(tokens)
+    return tokens[:-1] if tokens and tokens[-1] == eos else tokens
 
-    return levenshtein(body(hypothesis), body(target))
+
+def edit_distance(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> int:
+    return levenshtein(without_eos(hypothesis, eos), without_eos(target, eos))
 
 
 def greedy_generator(models, target_dictionary, max_len_a: float = 0.0, max_len_b: int = 200):
@@ -84,16 +85,30 @@ def greedy_hypotheses(generator, models, sample) -> List[List[int]]:
 
 @dataclass
 class Tally:
-    """Sums, so that counts from batches and workers add up exactly."""
+    """Sums, so that counts from batches and workers add up exactly.
+
+    Two kinds of wrong output are counted apart, because they tell a stopping failure from a
+    reading failure: ``cut_short``, every token right but EOS too early (the output is a
+    proper prefix of the target), and ``overran``, the whole target and then more tokens, or
+    no EOS at all (the target is a prefix of the output)."""
     size: int = 0
     correct: int = 0
     edit_distance: int = 0
+    cut_short: int = 0
+    overran: int = 0
 
     def add(self, hypotheses, targets, eos: int):
         for hypothesis, target in zip(hypotheses, targets):
             self.size += 1
-            self.correct += is_exact_match(hypothesis, target)
-            self.edit_distance += edit_distance(hypothesis, target, eos)
+            if is_exact_match(hypothesis, target):
+                self.correct += 1  # and edit distance 0
+                continue
+            output, wanted = without_eos(hypothesis, eos), without_eos(target, eos)
+            self.edit_distance += levenshtein(output, wanted)
+            if len(output) < len(wanted) and wanted[:len(output)] == output:
+                self.cut_short += 1
+            elif output[:len(wanted)] == wanted:
+                self.overran += 1
 
     @property
     def accuracy(self) -> float:

@@ -146,15 +146,17 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
 def table(scores) -> str:
     """A Markdown table of score()'s results, with the direction gate where there is one."""
     gated = any(s.get("direction_gate") for s in scores.values())
-    rows = ["| split | size | accuracy % | mean edit distance |" + (" direction gate g (mean; forward share) |"
-                                                                   if gated else ""),
-            "| --- | ---: | ---: | ---: |" + (" ---: |" if gated else "")]
+    rows = ["| split | size | accuracy % | mean edit distance | wrong: cut short | wrong: overran |"
+            + (" direction gate g (mean; forward share) |" if gated else ""),
+            "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gated else "")]
     for split, s in scores.items():
-        row = f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} |"
+        row = (f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} "
+               f"| {s['cut_short']} | {s['overran']} |")
         if gated:
             gate = s.get("direction_gate")
             row += f" {gate['mean']:.3f}; {100 * gate['forward_share']:.0f}% |" if gate else " |"
         rows.append(row)
     if gated:
         rows.append(f"\nThe direction gate applies to the {GATE_APPLIES_TO} (g = 1: forward, 0: reversed).")
+    rows.append("Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS).")
     return "\n".join(rows)

@@ -12,10 +12,11 @@ import pytest
 
 from fairseq_cli_helpers import write_copy_dataset
 from fairseq_monoattn.experiments import aggregate, compare, launch
-from fairseq_monoattn.experiments.runs import (RunError, RunSpec, check_checkpoint_matches, load_records, run,
-                                              run_seconds, train_command)
+from fairseq_monoattn.experiments.runs import (RECORDED_SCORES, RunError, RunSpec, check_checkpoint_matches,
+                                              load_records, run, run_seconds, train_command)
 from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match, levenshtein
 from fairseq_monoattn.scoring import CheckpointError, score
+from fairseq_monoattn.scoring import table as scoring_table
 
 EOS = 2
 TINY = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid": (5, 3, 5)}
@@ -25,19 +26,22 @@ def test_tally_on_hand_made_hypotheses():
     target = [5, 6, 7, EOS]
     cases = [
         ([5, 6, 7, EOS], True, 0),      # exact
-        ([5, 6, EOS], False, 1),        # one token short
-        ([5, 6, 7, 7, EOS], False, 1),  # one too many: EOS must come at the right place
+        ([5, 6, EOS], False, 1),        # one token short: cut short
+        ([5, 6, 7, 7, EOS], False, 1),  # one too many: EOS must come at the right place; overran
         ([5, 9, 7, EOS], False, 1),     # one substitution
-        ([5, 6, 7, 7, 7, 7], False, 3),  # never ended (no EOS), cut by the length limit
+        ([5, 6, 7, 7, 7, 7], False, 3),  # never ended (no EOS), cut by the length limit: overran
         ([8, EOS], False, 3),
+        ([EOS], False, 3),              # nothing but EOS: cut short
+        ([5, 6, 7], False, 0),          # every token, no EOS: overran, at edit distance 0
+        ([5, 7, EOS], False, 1),        # short, but not a prefix: neither
     ]
     tally = Tally()
     for hypothesis, exact, distance in cases:
         assert is_exact_match(hypothesis, target) is exact
         assert edit_distance(hypothesis, target, EOS) == distance
     tally.add([c[0] for c in cases], [target] * len(cases), EOS)
-    assert (tally.size, tally.correct, tally.edit_distance) == (6, 1, 9)
-    assert tally.accuracy == pytest.approx(100 / 6) and tally.mean_edit_distance == 1.5
+    assert (tally.size, tally.correct, tally.edit_distance, tally.cut_short, tally.overran) == (9, 1, 13, 2, 3)
+    assert tally.accuracy == pytest.approx(100 / 9) and tally.mean_edit_distance == pytest.approx(13 / 9)
 
 
 def test_levenshtein_equals_nltks_edit_distance():
@@ -94,6 +98,9 @@ def test_a_run_trains_scores_and_records(finished):
     assert spec.record_path(results) == results / "copy" / "gru_onestep" / "default" / "seed3.json"
     assert json.loads(spec.record_path(results).read_text()) == record
     assert {s: v["size"] for s, v in record["splits"].items()} == {"test9": 13, "test_iid": 5}
+    for counts in record["splits"].values():
+        assert set(counts) == set(RECORDED_SCORES)
+        assert counts["correct"] + counts["cut_short"] + counts["overran"] <= counts["size"]
     assert record["epochs_run"] == 2 and len(record["valid_accuracy"]) == 2
     assert record["best_valid_accuracy"] == max(record["valid_accuracy"])
     assert set(record["direction_gate"]) == {"test9", "test_iid"}
@@ -132,6 +139,10 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     targets = (data / "raw" / "test9.tgt").read_text().splitlines()
     assert len(hypotheses) == 13
     assert results["test9"]["correct"] == sum(h == t for h, t in zip(hypotheses, targets))
+    pairs = [(h.split(), t.split()) for h, t in zip(hypotheses, targets)]
+    assert results["test9"]["cut_short"] == sum(len(h) < len(t) and t[:len(h)] == h for h, t in pairs)
+    assert results["test9"]["overran"] == sum(len(h) > len(t) and h[:len(t)] == t for h, t in pairs)
+    assert "| test9 | 13 |" in scoring_table(results)
     assert results["test9"]["direction_gate"]["applies_to"].startswith("cross-attention keys and values")
     with pytest.raises(CheckpointError, match="exists"):
         score(checkpoint, data / "bin", ["test9"], out)

@@ -33,6 +33,8 @@ from ..recipes import recipe_options
 from ..scoring import score, write_json_atomic
 
 RECORD_VERSION = 1
+# per test split; records made before the scorer counted cut-short and overran outputs lack those two
+RECORDED_SCORES = ("size", "correct", "accuracy", "mean_edit_distance", "cut_short", "overran")
 DEFAULT_VARIANT = "default"
 PLUGIN_DIR = Path(__file__).resolve().parents[1]  # the fairseq_monoattn package, for --user-dir
 
@@ -300,8 +302,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "stopped_early": stop_reason(run_dir / "train.log"),
         "training_seconds": round(timing.get("training_seconds", 0.0), 1),
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
-        "splits": {split: {key: s[key] for key in ("size", "correct", "accuracy", "mean_edit_distance")}
-                   for split, s in scores.items()},
+        "splits": {split: {key: s[key] for key in RECORDED_SCORES} for split, s in scores.items()},
         "direction_gate": gates or None,
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
