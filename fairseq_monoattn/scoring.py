@@ -158,5 +158,6 @@ def table(scores) -> str:
         rows.append(row)
     if gated:
         rows.append(f"\nThe direction gate applies to the {GATE_APPLIES_TO} (g = 1: forward, 0: reversed).")
-    rows.append("Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS).")
+    rows.append(("" if gated else "\n")  # a blank line ends the table
+                + "Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS).")
     return "\n".join(rows)
