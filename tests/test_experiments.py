@@ -60,11 +60,14 @@ def test_levenshtein_equals_nltks_edit_distance():
         b = [rng.randrange(alphabet) for _ in range(rng.choice([rng.randrange(12), rng.randrange(60, 140)]))]
         pairs.append((a, b))
         edited = list(a)
-        for _ in range(rng.randrange(4)):
-            where = rng.randrange(len(edited) + 1)
-            rng.choice([lambda: edited.insert(where, rng.randrange(alphabet)),
-                        lambda: edited[where:where + 1].__setitem__(slice(None), [rng.randrange(alphabet)]),
-                        lambda: edited[where:where + 1].clear()])()
+        for _ in range(rng.randrange(4)):  # insert, substitute or delete one token
+            edit = rng.choice(["insert", "substitute", "delete"] if edited else ["insert"])
+            if edit == "insert":
+                edited.insert(rng.randrange(len(edited) + 1), rng.randrange(alphabet))
+            elif edit == "substitute":
+                edited[rng.randrange(len(edited))] = rng.randrange(alphabet)
+            else:
+                del edited[rng.randrange(len(edited))]
         pairs.append((a, edited))
     for a, b in pairs:
         assert levenshtein(a, b) == levenshtein(b, a) == nltk_edit_distance(a, b), (a, b)
