@@ -113,6 +113,29 @@ def test_a_run_trains_scores_and_records(finished):
     assert (spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt").is_file()
 
 
+def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
+    """A run scored by an older scorer and killed before its record: the record is made from its
+    scores.json as it is, without training or scoring again.  (The finished run is put back.)"""
+    work, results, spec, record = finished
+    record_path, scores_file = spec.record_path(results), spec.run_dir(work) / "scores.json"
+    saved_record, saved_scores = record_path.read_text(), scores_file.read_text()
+    try:
+        scores = json.loads(saved_scores)
+        for split in scores["splits"].values():
+            del split["cut_short"], split["overran"]
+        scores_file.write_text(json.dumps(scores))
+        record_path.unlink()
+        before = scores_file.stat().st_mtime_ns
+        remade = run(spec, work, results)
+        assert scores_file.stat().st_mtime_ns == before
+        assert remade["splits"] == {split: {key: counts[key] for key in ("size", "correct", "accuracy",
+                                                                         "mean_edit_distance")}
+                                    for split, counts in record["splits"].items()}
+    finally:
+        scores_file.write_text(saved_scores)
+        record_path.write_text(saved_record)
+
+
 def test_a_recorded_run_is_skipped_and_another_variant_under_its_name_refused(finished):
     work, results, spec, record = finished
     path = spec.record_path(results)

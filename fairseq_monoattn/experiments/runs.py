@@ -302,7 +302,9 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "stopped_early": stop_reason(run_dir / "train.log"),
         "training_seconds": round(timing.get("training_seconds", 0.0), 1),
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
-        "splits": {split: {key: s[key] for key in RECORDED_SCORES} for split, s in scores.items()},
+        # a scores.json written before the cut-short counts existed (run scored, then killed before its record)
+        # gives a record without them, as records of that time have
+        "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
         "direction_gate": gates or None,
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
