@@ -139,13 +139,15 @@ def sweep_main(argv=None) -> None:
     specs = sweep.specs()
     if args.command == "status":
         done = [s for s in specs if s.record_path(args.results).exists()]
-        records = [r for r in load_records(args.results) if (r["task"], r["arch"]) in sweep.cells] \
-            if args.results.exists() else []
+        done_records = [json.loads(s.record_path(args.results).read_text()) for s in done]
+        # the time a run takes: this sweep's runs, or before it has any, every record of its cells
+        records = done_records or ([r for r in load_records(args.results) if (r["task"], r["arch"]) in sweep.cells]
+                                   if args.results.exists() else [])
         hours = sum(map(run_seconds, records)) / max(1, len(records)) / 3600
         print(f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {args.results}; "
               f"{len(specs) - len(done)} left" + (f", about {hours * (len(specs) - len(done)):.1f} CPU-hours "
                                                   f"at {hours * 60:.1f} min a run" if records else ""))
-        outdated = outdated_records([json.loads(s.record_path(args.results).read_text()) for s in done])
+        outdated = outdated_records(done_records)
         for record, changed in outdated:
             path = spec_from_dict(record).record_path(args.results)
             print(f"outdated: {path} ({describe_differences(changed, 'there')}); fairseq-monoattn-aggregate refuses it")

@@ -328,9 +328,13 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     capsys.readouterr()
     smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
     path.unlink()
-    smoke.write_text(json.dumps(dict(record, seed=1)))
+    smoke.write_text(json.dumps(dict(record, seed=1, training_seconds=600.0, scoring_seconds=60.0)))
     sweep_main(["status", "smoke", "--results", str(moved)])
-    assert re.search(r"outdated: \S+seed1.json \(step_temperature: 2.0 there, 5.0 now\)", capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert re.search(r"outdated: \S+seed1.json \(step_temperature: 2.0 there, 5.0 now\)", out)
+    assert re.search(r"smoke: 1 of (\d+) runs have records .*; (\d+) left, about ([\d.]+) CPU-hours at 11.0 min a run", out)
+    total, left, hours = re.search(r"1 of (\d+) runs.*; (\d+) left, about ([\d.]+) CPU-hours", out).groups()
+    assert int(left) == int(total) - 1 and float(hours) == round(int(left) * 11 / 60, 1)
 
 
 def test_comparison_puts_option_sets_side_by_side(tmp_path):
