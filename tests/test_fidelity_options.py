@@ -3,6 +3,7 @@ normalisation and its underflow reset, the initialisations, the location project
 shared embedding, the source EOS, and random batches drawn anew every epoch."""
 import argparse
 import random
+import time
 
 import pytest
 import torch
@@ -237,6 +238,28 @@ def test_random_batches_are_new_mixed_draws_every_epoch(mixed_copy):
     assert {frozenset(b) for b in first}.isdisjoint({frozenset(b) for b in second})
     spread = [max(sizes[b]) - min(sizes[b]) for b in first]
     assert min(spread) >= 5  # lengths 2..12 mixed in every batch
+
+
+def test_random_batches_leave_no_data_loading_process_behind(mixed_copy):
+    """fairseq-train asks the task for a new training iterator every epoch; each epoch's loader
+    process must end with its epoch, not live (idle, polling) to the end of the run."""
+    import multiprocessing
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(mixed_copy), "--arch", "gru_onestep", "--task", "length_generalization", "--batch-size", "32",
+        "--required-batch-size-multiple", "1", "--train-batches", "random", "--user-dir", USER_DIR])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    task.load_dataset("train")
+    before = set(multiprocessing.active_children())
+    iterators = []  # kept, as a run keeps what fairseq-train holds on to
+    for epoch in (1, 2, 3):
+        iterators.append(task.get_batch_iterator(task.dataset("train"), max_sentences=32, seed=1, epoch=epoch,
+                                                 num_workers=1, data_buffer_size=10))
+        assert sum(len(sample["id"]) for sample in iterators[-1].next_epoch_itr(shuffle=True)) == 300
+        deadline = time.time() + 10
+        while set(multiprocessing.active_children()) - before and time.time() < deadline:
+            time.sleep(0.05)
+        assert set(multiprocessing.active_children()) - before == set(), f"after epoch {epoch}"
 
 
 def test_fairseq_batches_keep_their_contents_across_epochs(mixed_copy):

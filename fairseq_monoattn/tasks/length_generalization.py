@@ -164,10 +164,12 @@ class LengthGeneralizationTask(TranslationTask):
             return [order[i:i + max_sentences] for i in range(0, len(order), max_sentences)]
 
         dataset.set_epoch(epoch)
+        # fairseq-train asks for a new iterator every epoch; fairseq 0.12's default of persistent
+        # workers would leave each epoch's data-loading process alive to the end of the run
         return iterators.EpochBatchIterator(
             dataset=dataset, collate_fn=dataset.collater, batch_sampler=random_batches, seed=seed,
             num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
-            buffer_size=data_buffer_size)
+            buffer_size=data_buffer_size, persistent_workers=False)
 
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
