@@ -213,13 +213,18 @@ def mixed_copy(tmp_path_factory):
     return out / "bin"
 
 
-def train_batches(data, extra, epoch):
+def training_task(data, extra):
+    """The length_generalization task of a training command (batches of 32), its train split loaded."""
     args = options.parse_args_and_arch(options.get_training_parser(), [
         str(data), "--arch", "gru_onestep", "--task", "length_generalization", "--batch-size", "32",
         "--required-batch-size-multiple", "1", "--user-dir", USER_DIR, *extra])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
     task.load_dataset("train")
+    return task
+
+
+def train_batches(data, extra, epoch):
+    task = training_task(data, extra)
     iterator = task.get_batch_iterator(task.dataset("train"), max_sentences=32, seed=1, epoch=1)
     batches = [sample["id"].tolist() for sample in iterator.next_epoch_itr(shuffle=True)]
     for _ in range(epoch - 1):
@@ -245,11 +250,7 @@ def test_random_batches_leave_no_data_loading_process_behind(mixed_copy):
     process must end with its epoch, not live (idle, polling) to the end of the run."""
     import multiprocessing
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(mixed_copy), "--arch", "gru_onestep", "--task", "length_generalization", "--batch-size", "32",
-        "--required-batch-size-multiple", "1", "--train-batches", "random", "--user-dir", USER_DIR])
-    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
-    task.load_dataset("train")
+    task = training_task(mixed_copy, ["--train-batches", "random"])
     before = set(multiprocessing.active_children())
     iterators = []  # kept, as a run keeps what fairseq-train holds on to
     for epoch in (1, 2, 3):
