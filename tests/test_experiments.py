@@ -368,15 +368,20 @@ def test_aggregate_tables_equal_a_recount_of_the_records():
     records += [record("recopy", "gru_relative", seed, {"test15": a, "test30": 0, "test100": 0})
                 for seed, a in zip([1, 2, 3], [60, 10, 40])]
     records += [record("scan", "gru_content", seed, {"test": a}) for seed, a in zip([1, 2], [10.0, 20.0])]
+    records += [record("scan", "gru_relative", 1, {"test": 40.0})]
     records += [record("recopy", "gru_onestep", 9, {"test15": 0, "test30": 0, "test100": 0}, variant="other")]
     text = aggregate.render(records)
     # medians (the paper: OneStep 100/100/100 solved; Relative 43.1/0/0: partial, failed, failed)
     assert "| gru_onestep | 3 | 99 (100) | 98 (100) | 90 (100) | **no** (test100) |" in text
     assert "| gru_relative | 3 | 40 (43.1) | 0 (0) | 0 (0) | yes |" in text
-    assert "| gru_content | 2 | 15.00 ± 7.07 (17.61 ± 4.07) | 0.00 ± 0.00 |" in text  # mean ± sample std
+    # SCAN: mean ± sample std, and whether it is within the paper's mean ± 2 std (17.61 ± 4.07:
+    # 15 is; 19.21 ± 5.52: 40 is not); one seed has no std
+    assert "| gru_content | 2 | 15.00 ± 7.07 (17.61 ± 4.07) | 0.00 ± 0.00 | yes |" in text
+    assert "| gru_relative | 1 | 40.00 (19.21 ± 5.52) | 0.00 | **no** |" in text
+    assert "1 of 2 models with a paper value have their mean within the paper's mean ± 2 std" in text
     assert "**1 of 2 cells (task, model) reproduce the paper's verdict at every length**" in text
     assert "5 of 6 cell-lengths" in text
-    assert "8 runs" in text  # the other variant is not counted
+    assert "9 runs" in text  # the other variant is not counted
 
 
 def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_path):
