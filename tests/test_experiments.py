@@ -189,6 +189,17 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
 
 
+def test_local_runs_share_only_the_cores_the_sweep_may_use(monkeypatch):
+    # each job gets its own cores, round robin; more jobs than cores share them
+    assert launch.cpu_shares(2, [0, 1]) == [[0], [1]]
+    assert launch.cpu_shares(2, [0, 1, 2, 3]) == [[0, 2], [1, 3]]
+    assert launch.cpu_shares(3, [0, 1]) == [[0], [1], [0]]
+    # by default, the cores this process may run on (`taskset -c 1 fairseq-monoattn-sweep ...`)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {7, 5})
+    assert launch.cpu_shares(1) == [[5, 7]]
+    assert launch.cpu_shares(2) == [[5], [7]]
+
+
 def test_progress_estimates_the_time_left_from_recorded_and_new_runs(tmp_path):
     path = tmp_path / "seed1.json"
     path.write_text(json.dumps({"training_seconds": 540.0, "scoring_seconds": 60.0}))
