@@ -105,6 +105,7 @@ def test_a_run_trains_scores_and_records(finished):
         assert set(counts) == set(RECORDED_SCORES)
         assert counts["correct"] + counts["cut_short"] + counts["overran"] <= counts["size"]
     assert record["epochs_run"] == 2 and len(record["valid_accuracy"]) == 2
+    assert len(record["training_threads"]) == 1 and record["training_threads"][0] >= 1  # one part, not resumed
     assert record["best_valid_accuracy"] == max(record["valid_accuracy"])
     assert set(record["direction_gate"]) == {"test9", "test_iid"}
     assert 0.0 <= record["direction_gate"]["test9"] <= 1.0
@@ -267,6 +268,20 @@ def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
     seen_while_running = float((tmp_path / "out.log").read_text())
     assert 100.2 <= seen_while_running <= timing["training_seconds"]
     assert json.loads(timing_file.read_text()) == timing
+
+
+def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
+    """The count recorded is the one the child process really has, and a resumed run adds its own
+    to the counts of its earlier parts."""
+    from fairseq_monoattn.experiments import runs
+
+    child = "import torch; print(torch.get_num_threads())"
+    timing = {"training_seconds": 0.0, "threads": [97]}
+    with open(tmp_path / "out.log", "w") as out:
+        assert runs.run_timed([sys.executable, "-c", child], out, timing, tmp_path / "timing.json") == 0
+    child_threads = int((tmp_path / "out.log").read_text().split()[-1])
+    assert timing["threads"] == sorted({97, child_threads})
+    assert json.loads((tmp_path / "timing.json").read_text())["threads"] == timing["threads"]
 
 
 def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):

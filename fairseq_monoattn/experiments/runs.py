@@ -200,13 +200,24 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
     return record
 
 
+def training_threads() -> int:
+    """The intra-op threads fairseq-train will use: torch's count in this process, which reads the
+    same OMP_NUM_THREADS and the same core affinity that the child inherits."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 TIMING_INTERVAL = 60.0  # seconds between two writes of a training run's time so far
 
 
 def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
     """Run fairseq-train, adding its time to ``timing["training_seconds"]`` and writing it to
     ``timing_file`` every TIMING_INTERVAL seconds, so a run killed and resumed later still counts
-    (within a minute) the time its first part took."""
+    (within a minute) the time its first part took.  ``timing["threads"]`` collects the number of
+    intra-op threads of each part: float sums are split by thread, so the same seed trains another
+    trajectory with another thread count, and a record must say which it had."""
+    timing["threads"] = sorted(set(timing.get("threads", [])) | {training_threads()})
     base, start = timing["training_seconds"], time.time()
     process = subprocess.Popen(command, env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=out,
                                stderr=subprocess.STDOUT)
@@ -302,6 +313,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "stopped_early": stop_reason(run_dir / "train.log"),
         "training_seconds": round(timing.get("training_seconds", 0.0), 1),
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
+        "training_threads": timing.get("threads"),  # None: a run from before the count was kept
         # a scores.json written before the cut-short counts existed (run scored, then killed before its record)
         # gives a record without them, as records of that time have
         "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
