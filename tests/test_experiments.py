@@ -97,6 +97,8 @@ def finished(tmp_path_factory):
 
 
 def test_a_run_trains_scores_and_records(finished):
+    import torch
+
     work, results, spec, record = finished
     assert spec.record_path(results) == results / "copy" / "gru_onestep" / "default" / "seed3.json"
     assert json.loads(spec.record_path(results).read_text()) == record
@@ -105,6 +107,7 @@ def test_a_run_trains_scores_and_records(finished):
         assert set(counts) == set(RECORDED_SCORES)
         assert counts["correct"] + counts["cut_short"] + counts["overran"] <= counts["size"]
     assert record["epochs_run"] == 2 and len(record["valid_accuracy"]) == 2
+    assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert len(record["training_threads"]) == 1 and record["training_threads"][0] >= 1  # one part, not resumed
     assert record["best_valid_accuracy"] == max(record["valid_accuracy"])
     assert set(record["direction_gate"]) == {"test9", "test_iid"}

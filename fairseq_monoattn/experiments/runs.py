@@ -363,8 +363,10 @@ def environment() -> dict:
 
     from .. import __version__
 
+    # the vector instructions torch's CPU kernels use (e.g. AVX2, AVX512) round sums differently
     return {"plugin": __version__, "fairseq": fairseq.__version__, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": platform.machine()}
+            "python": platform.python_version(), "machine": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def run_seconds(record: dict) -> float:
