@@ -193,6 +193,36 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
 
 
+def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
+    """Two sweeps over one work folder: the run whose folder lock another process holds is
+    neither trained nor counted as failed, its folder is left as it was, and once the other
+    process is gone the run trains as usual."""
+    work, results = tmp_path / "work", tmp_path / "results"
+    busy, free = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
+    lock = busy.run_dir(work) / ".lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+                               str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lines = []
+        outcome = launch.run_local([busy, free], work, results, jobs=1, log=lines.append)
+        assert outcome[free.key] == "ok" and outcome[busy.key].startswith("skipped: another process is training it")
+        assert lines[-1].endswith("ok. 1/2 runs done, 0 running, 0 left, 1 being trained by another process")
+        assert not busy.record_path(results).exists()
+        assert sorted(p.name for p in busy.run_dir(work).iterdir()) == [".lock", "worker.log"]
+        assert "is being trained by another process" in (busy.run_dir(work) / "worker.log").read_text()
+        with pytest.raises(RunError, match="is being trained by another process"):
+            run(busy, work, results)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert launch.run_local([busy, free], work, results, jobs=1, log=lambda line: None) == {
+        busy.key: "ok", free.key: "ok"}
+    assert busy.record_path(results).exists()
+
+
 def test_local_runs_share_only_the_cores_the_sweep_may_use(monkeypatch):
     # each job gets its own cores, round robin; more jobs than cores share them
     assert launch.cpu_shares(2, [0, 1]) == [[0], [1]]

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .runs import PLUGIN_DIR, RunSpec, run, run_seconds, spec_from_dict
+from .runs import BUSY_EXIT, PLUGIN_DIR, RunSpec, run, run_seconds, spec_from_dict
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -45,7 +45,7 @@ class Progress:
     done (those recorded before, as their records give them, and those done here)."""
 
     def __init__(self, total: int, skipped: int, log: Callable[[str], None], past: Sequence[float] = ()):
-        self.total, self.done, self.running, self.failed = total, skipped, 0, 0
+        self.total, self.done, self.running, self.failed, self.elsewhere = total, skipped, 0, 0, 0
         self.durations: List[float] = list(past)
         self.log = log
         self.lock = threading.Lock()
@@ -55,23 +55,26 @@ class Progress:
         with self.lock:
             self.running += 1
 
-    def finished(self, seconds: float, ok: bool):
+    def finished(self, seconds: float, ok: bool, elsewhere: bool = False):
+        """``elsewhere``: another process was found training the run, so it is neither done nor failed here."""
         with self.lock:
             self.running -= 1
             self.done += ok
-            self.failed += not ok
+            self.elsewhere += elsewhere
+            self.failed += not ok and not elsewhere
             if ok:
                 self.durations.append(seconds)
 
     def line(self, jobs: int) -> str:
-        left = self.total - self.done - self.failed
+        left = self.total - self.done - self.failed - self.elsewhere
         estimate = ""
         if self.durations and left > 0:
             mean = sum(self.durations) / len(self.durations)
             hours = mean * left / max(1, jobs) / 3600
             estimate = f"; about {mean / 60:.1f} min a run, {hours:.1f} h left at {jobs} at once"
         return (f"{self.done}/{self.total} runs done, {self.running} running, {left} left"
-                + (f", {self.failed} failed" if self.failed else "") + estimate)
+                + (f", {self.failed} failed" if self.failed else "")
+                + (f", {self.elsewhere} being trained by another process" if self.elsewhere else "") + estimate)
 
 
 def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1,
@@ -116,11 +119,16 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
                 code = subprocess.run(command, env=env, cwd=PLUGIN_DIR.parent, stdout=out,
                                       stderr=subprocess.STDOUT).returncode
             ok = code == 0 and spec.record_path(results).exists()
-            result = "ok" if ok else f"failed (exit {code}); see {log_dir / 'worker.log'}"
+            if ok:
+                result = "ok"
+            elif code == BUSY_EXIT:
+                result = f"skipped: another process is training it (see {log_dir / 'worker.log'})"
+            else:
+                result = f"failed (exit {code}); see {log_dir / 'worker.log'}"
         finally:
             with free_lock:
                 free.append(slot)
-        progress.finished(time.time() - start, result == "ok")
+        progress.finished(time.time() - start, result == "ok", elsewhere=result.startswith("skipped"))
         if result == "ok" and on_record is not None:
             with record_lock:
                 on_record(spec, spec.record_path(results))

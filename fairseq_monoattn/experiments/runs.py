@@ -43,6 +43,13 @@ class RunError(RuntimeError):
     """A run that cannot go on (failed training, a folder started with other options)."""
 
 
+class RunBusy(RunError):
+    """Another process (a second sweep over the same work folder) is training this run now."""
+
+
+BUSY_EXIT = 3  # the worker's exit code for RunBusy
+
+
 @dataclass(frozen=True)
 class RunSpec:
     task: str
@@ -74,10 +81,15 @@ class RunSpec:
 # --- data ----------------------------------------------------------------------------------
 
 @contextmanager
-def file_lock(path: Path):
+def file_lock(path: Path, busy: Optional[str] = None):
+    """An exclusive lock on ``path`` for the ``with`` block, released when the process ends
+    however it ends.  Waits for another holder, or with ``busy`` raises RunBusy(busy) at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if busy is None else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise RunBusy(busy) from None
         try:
             yield
         finally:
@@ -163,12 +175,27 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
     this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores)."""
     record_path = spec.record_path(results)
     if record_path.exists():
-        record = json.loads(record_path.read_text())
-        check_record_matches(record, spec, record_path)
-        return record
+        return existing_record(spec, record_path)
     data = prepared_data(spec, work)
     run_dir = spec.run_dir(work)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # one process trains a run at a time: a second sweep over the same work folder skips it
+    busy = (f"{spec.key} is being trained by another process in {run_dir} (it holds "
+            f"{run_dir / '.lock'}); nothing was changed")
+    with file_lock(run_dir / ".lock", busy=busy):
+        if record_path.exists():  # the other process finished it while this one prepared the data
+            return existing_record(spec, record_path)
+        return train_score_record(spec, data, run_dir, record_path, batch_size_eval, log)
+
+
+def existing_record(spec: RunSpec, record_path: Path) -> dict:
+    record = json.loads(record_path.read_text())
+    check_record_matches(record, spec, record_path)
+    return record
+
+
+def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, batch_size_eval: int,
+                       log) -> dict:
+    """The body of :func:`run`, under the run folder's lock."""
     command = train_command(spec, data, run_dir)
     recorded = " ".join(command)
     command_file = run_dir / "command.txt"
