@@ -119,17 +119,18 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
                 code = subprocess.run(command, env=env, cwd=PLUGIN_DIR.parent, stdout=out,
                                       stderr=subprocess.STDOUT).returncode
             ok = code == 0 and spec.record_path(results).exists()
+            elsewhere = not ok and code == BUSY_EXIT
             if ok:
                 result = "ok"
-            elif code == BUSY_EXIT:
+            elif elsewhere:
                 result = f"skipped: another process is training it (see {log_dir / 'worker.log'})"
             else:
                 result = f"failed (exit {code}); see {log_dir / 'worker.log'}"
         finally:
             with free_lock:
                 free.append(slot)
-        progress.finished(time.time() - start, result == "ok", elsewhere=result.startswith("skipped"))
-        if result == "ok" and on_record is not None:
+        progress.finished(time.time() - start, ok, elsewhere=elsewhere)
+        if ok and on_record is not None:
             with record_lock:
                 on_record(spec, spec.record_path(results))
         log(f"[{spec.key}] {result}. {progress.line(jobs)}")
