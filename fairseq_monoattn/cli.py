@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -94,7 +95,7 @@ def sweep_main(argv=None) -> None:
     """fairseq-monoattn-sweep: run, resume or inspect a named sweep of the paper's experiments."""
     from .experiments import aggregate, launch
     from .experiments.runs import describe_differences, load_records, outdated_records, run_seconds, spec_from_dict
-    from .experiments.sweeps import SWEEPS, Sweep, get_sweep
+    from .experiments.sweeps import SWEEPS, get_sweep
 
     parser = argparse.ArgumentParser(prog="fairseq-monoattn-sweep", description=sweep_main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -106,6 +107,9 @@ def sweep_main(argv=None) -> None:
                          help="one JSON record per finished run (commit it)")
         sub.add_argument("--work", type=Path, default=Path("work"), help="data, checkpoints, logs (not in git)")
         sub.add_argument("--seeds", type=int, nargs="+", default=None, help="instead of the sweep's seeds")
+        sub.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help="only these tasks of the sweep")
+        sub.add_argument("--archs", nargs="+", default=None, metavar="ARCH",
+                         help="only these architectures of the sweep")
         sub.add_argument("--more-seeds-where-different", type=int, nargs="+", default=(), metavar="SEED",
                          help="also run these seeds for every cell whose median disagrees with the paper's verdict")
     run = commands.choices["run"]
@@ -126,15 +130,17 @@ def sweep_main(argv=None) -> None:
         sweep = get_sweep(args.sweep)
     except KeyError as error:
         parser.error(str(error.args[0]))
+    try:
+        sweep = sweep.only(args.tasks, args.archs)
+    except ValueError as error:
+        parser.error(str(error))
     if args.seeds:
-        sweep = Sweep(sweep.name, sweep.description, sweep.cells, tuple(args.seeds), sweep.max_epoch,
-                      sweep.stop_after_perfect, sweep.data_seed)
+        sweep = replace(sweep, seeds=tuple(args.seeds))
     if args.more_seeds_where_different:
         cells = aggregate.collect(load_records(args.results)) if args.results.exists() else {}
         different = {key: tuple(args.more_seeds_where_different) for key, cell in cells.items()
                      if key in sweep.cells and aggregate.agreement(cell)[2]}
-        sweep = Sweep(sweep.name, sweep.description, sweep.cells, sweep.seeds, sweep.max_epoch,
-                      sweep.stop_after_perfect, sweep.data_seed, extra_seeds=different)
+        sweep = replace(sweep, extra_seeds=different)
         print(f"{len(different)} cells disagree with the paper: adding seeds {args.more_seeds_where_different}")
     specs = sweep.specs()
     if args.command == "status":

@@ -397,6 +397,28 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     assert int(left) == int(total) - 1 and float(hours) == round(int(left) * 11 / 60, 1)
 
 
+def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what_it_lacks(tmp_path, capsys):
+    """--tasks and --archs keep exactly the cells of both lists, in the sweep's order; a name the
+    sweep does not have is an error naming the option and the name."""
+    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.experiments.sweeps import get_sweep
+
+    table2 = get_sweep("table2")
+    narrowed = table2.only(["inv_reverse_recopy", "recopy"], ["gru_rmonoattn", "gru_monoattn"])
+    assert narrowed.cells == (("recopy", "gru_monoattn"), ("recopy", "gru_rmonoattn"),
+                              ("inv_reverse_recopy", "gru_monoattn"), ("inv_reverse_recopy", "gru_rmonoattn"))
+    assert [(s.task, s.arch, s.seed) for s in narrowed.specs()][:5] == [
+        ("recopy", "gru_monoattn", 1), ("recopy", "gru_rmonoattn", 1), ("inv_reverse_recopy", "gru_monoattn", 1),
+        ("inv_reverse_recopy", "gru_rmonoattn", 1), ("recopy", "gru_monoattn", 2)]
+    assert table2.only(archs=["gru_content"]).cells == tuple((t, "gru_content") for t, _ in table2.cells[::9])
+    sweep_main(["status", "table2", "--tasks", "copy", "--archs", "gru_content", "gru_onestep",
+                "--seeds", "3", "--results", str(tmp_path)])
+    assert capsys.readouterr().out.startswith(f"table2: 0 of 2 runs have records in {tmp_path}; 2 left")
+    with pytest.raises(SystemExit):
+        sweep_main(["status", "table6", "--archs", "gru_monoattn", "gru_relative"])
+    assert "--archs: table6 has no gru_relative; it has gru_content" in capsys.readouterr().err
+
+
 def test_comparison_puts_option_sets_side_by_side(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])

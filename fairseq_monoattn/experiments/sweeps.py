@@ -11,8 +11,8 @@ Table 2 rows) share its runs.  The budget is the same for every paper sweep: at 
 ``STOP_AFTER_PERFECT`` epochs (the paper: at most 100 epochs, early stop after 50 without
 improvement; a CPU-sized budget, stated next to every table).
 """
-from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .runs import RunSpec
 
@@ -45,6 +45,19 @@ class Sweep:
     stop_after_perfect: int = STOP_AFTER_PERFECT
     data_seed: int = 1
     extra_seeds: Dict[Tuple[str, str], Tuple[int, ...]] = field(default_factory=dict)
+
+    def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
+        """This sweep restricted to the cells of ``tasks`` and ``archs`` (None: all of them), in its
+        own order; a name the sweep does not have is an error naming it and the ones it has."""
+        for option, asked, known in (("--tasks", tasks, [t for t, _ in self.cells]),
+                                     ("--archs", archs, [a for _, a in self.cells])):
+            unknown = [name for name in asked or () if name not in known]
+            if unknown:
+                raise ValueError(f"{option}: {self.name} has no {', '.join(unknown)}; "
+                                 f"it has {', '.join(dict.fromkeys(known))}")
+        cells = tuple((task, arch) for task, arch in self.cells
+                      if (not tasks or task in tasks) and (not archs or arch in archs))
+        return replace(self, cells=cells)
 
     def specs(self) -> List[RunSpec]:
         """Seed-major order: every cell's first seed before any cell's second, so a sweep that
