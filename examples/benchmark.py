@@ -1,6 +1,6 @@
 """Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
 
-    python examples/benchmark.py [--updates 300] [--archs gru_content gru_onestep ...]
+    python examples/benchmark.py [--updates 300] [--repeats 3] [--archs gru_content gru_onestep ...]
     python examples/benchmark.py --skip-training --decode-sentences 8 --archs gru_content gru_onestep
 
 Run it from the repository root: Copy data is prepared under ``runs/benchmark`` (``--data``).

@@ -1,13 +1,15 @@
 """Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
 
-    python examples/benchmark.py [--updates 300] [--archs gru_content gru_onestep ...]
+    python examples/benchmark.py [--updates 300] [--repeats 3] [--archs gru_content gru_onestep ...]
 
 Training: each model trains for a fixed number of updates on the Copy train split
-(batch 32, Adam) through ``fairseq-train`` in its own process, interleaved with runs of the
+(batch 32, Adam) through ``fairseq-train`` in its own process, right after a run of the
 built-in ``lstm`` (bidirectional encoder 64, decoder 128, embeddings 64, shared output
-embedding).  Words per second is the median of fairseq's own ``wps`` over the logged
-intervals after the first; peak memory is the process's maximum resident set size.  Ratios
-are against the lstm runs of this same invocation, so the machine's speed cancels out.
+embedding), ``--repeats`` times.  Words per second of a run is the median of fairseq's own
+``wps`` over the logged intervals after the first; peak memory is the process's maximum
+resident set size.  A preset's ratio is the median over its repeats of its run's words per
+second / the lstm run just before it, so the machine's speed, and its drift during the
+invocation, cancel out; the spread of those ratios is printed beside it.
 
 Decoding: greedy decoding of 32 random digit strings of length 15, 100 and 500, forced to
 emit exactly that many tokens, timed per output token (time / (sentences x steps)).
@@ -140,6 +142,8 @@ def parse_args(argv=None):
     parser.add_argument("--archs", nargs="+", default=None, help="presets to measure (default: all)")
     parser.add_argument("--updates", type=int, default=300, help="training updates per run")
     parser.add_argument("--interval", type=int, default=50, help="fairseq log interval (updates)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="training runs per preset, each paired with an lstm run (median ratio)")
     parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark", help="where Copy data is prepared")
     parser.add_argument("--skip-decoding", action="store_true")
     parser.add_argument("--skip-training", action="store_true")
@@ -150,37 +154,56 @@ def parse_args(argv=None):
 def print_table(archs, lstm_runs, rows, decoding, decode_sentences: int):
     """The Markdown table of the README: training against the lstm runs, then decoding."""
     print()
-    print(f"| model | words/s | vs lstm | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
+    print(f"| model | words/s | vs lstm | (range) | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
           f"  (decoding {decode_sentences} sentences at a time)")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    lstm_wps = statistics.median(r[0] for r in lstm_runs) if lstm_runs else None
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     if lstm_runs:
-        print(f"| lstm (fairseq, {len(lstm_runs)} runs) | {lstm_wps:.0f} | 1.00 | {max(r[1] for r in lstm_runs):.0f} | | | | |")
-    trained = {arch: (wps, rss) for arch, wps, rss in rows}
+        lstm_wps = statistics.median(r[0] for r in lstm_runs)
+        print(table_row([f"lstm (fairseq, {len(lstm_runs)} runs)", f"{lstm_wps:.0f}", "1.00", "",
+                         f"{max(r[1] for r in lstm_runs):.0f}", "", "", "", ""]))
     for arch in archs:
         cells = ["", "", "", ""]
         if arch in decoding:
             per = decoding[arch]
             cells = [f"{per[15] * 1e3:.3f}", f"{per[100] * 1e3:.3f}", f"{per[500] * 1e3:.3f}", f"{per[500] / per[15]:.2f}"]
-        wps, rss = trained.get(arch, (None, None))
-        train_cells = [f"{wps:.0f}", f"{wps / lstm_wps:.2f}", f"{rss:.0f}"] if wps else ["", "", ""]
-        print(f"| {arch} | " + " | ".join(train_cells + cells) + " |")
+        train_cells = ["", "", "", ""]
+        if arch in rows:
+            wps, ratio, low, high, rss = summarize(rows[arch])
+            train_cells = [f"{wps:.0f}", f"{ratio:.2f}", f"{low:.2f}-{high:.2f}", f"{rss:.0f}"]
+        print(table_row([arch] + train_cells + cells))
+
+
+def table_row(cells):
+    """A Markdown table row; an empty cell is a single space."""
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
+def summarize(pairs):
+    """(median words/s, median ratio, lowest and highest ratio, peak MiB) of a preset's
+    runs, each given as (its words/s, its peak MiB, the words/s of the lstm run paired with it)."""
+    ratios = [wps / reference for wps, _, reference in pairs]
+    return (statistics.median(wps for wps, _, _ in pairs), statistics.median(ratios), min(ratios), max(ratios),
+            max(rss for _, rss, _ in pairs))
 
 
 def main(argv=None):
     """Train and decode each preset as the module docstring says, printing a Markdown table."""
     args = parse_args(argv)
     archs = args.archs or all_presets()
-    lstm_runs, rows = [], []
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats must be at least 1, not {args.repeats}")
+    lstm_runs, rows = [], {}
     if not args.skip_training:
         data_bin = ensure_copy_data(args.data)
-        print(f"training: {args.updates} updates, batch 32, Copy train split; torch threads: default", flush=True)
+        print(f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
+              f"each after an lstm run; torch threads: {torch.get_num_threads()}", flush=True)
     for arch in ([] if args.skip_training else archs):
-        lstm_runs.append(train_once(data_bin, LSTM_ARGS, args.updates, args.interval))
-        wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
-        reference = statistics.median(r[0] for r in lstm_runs)
-        rows.append((arch, wps, rss))
-        print(f"  {arch:<28} {wps:9.0f} wps ({wps / reference:4.2f}x lstm)  peak {rss:6.0f} MiB", flush=True)
+        for _ in range(args.repeats):
+            lstm_runs.append(train_once(data_bin, LSTM_ARGS, args.updates, args.interval))
+            wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
+            rows.setdefault(arch, []).append((wps, rss, lstm_runs[-1][0]))
+            print(f"  {arch:<28} {wps:9.0f} wps ({wps / lstm_runs[-1][0]:4.2f}x the lstm run before it)  "
+                  f"peak {rss:6.0f} MiB", flush=True)
     decoding = {}
     if not args.skip_decoding:
         for arch in archs:

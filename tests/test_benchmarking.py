@@ -1,0 +1,30 @@
+"""The speed benchmark's arithmetic, with scripted runs in place of fairseq-train."""
+import pytest
+
+from fairseq_monoattn import benchmarking
+
+
+def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_before_it(monkeypatch, capsys):
+    """The machine speeds up fourfold during the invocation: ratios to the paired lstm run stay
+    0.9, 0.8, 0.8 (median 0.80), where the preset's median words/s over the lstm's median would say 0.90."""
+    scripted = iter([(1000.0, 400.0), (900.0, 410.0),   # (words/s, peak MiB): lstm, then preset
+                     (1000.0, 401.0), (800.0, 420.0),
+                     (4000.0, 402.0), (3200.0, 415.0)])
+    commands = []
+
+    def train_once(data_bin, model_args, updates, interval):
+        commands.append(model_args[1] if model_args[0] == "--arch" else model_args)
+        return next(scripted)
+
+    monkeypatch.setattr(benchmarking, "train_once", train_once)
+    monkeypatch.setattr(benchmarking, "ensure_copy_data", lambda root: root / "bin")
+    benchmarking.main(["--archs", "gru_onestep", "--repeats", "3", "--skip-decoding"])
+    assert commands == ["lstm", "gru_onestep"] * 3  # each preset run right after an lstm run
+    table = capsys.readouterr().out.splitlines()
+    assert "| lstm (fairseq, 3 runs) | 1000 | 1.00 | | 402 | | | | |" in table
+    assert "| gru_onestep | 900 | 0.80 | 0.80-0.90 | 420 | | | | |" in table
+
+
+def test_repeats_below_one_are_refused():
+    with pytest.raises(SystemExit, match="--repeats must be at least 1, not 0"):
+        benchmarking.main(["--repeats", "0", "--skip-decoding", "--archs", "gru_onestep"])
