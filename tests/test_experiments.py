@@ -193,19 +193,25 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
 
 
+def hold_run_lock(run_dir):
+    """Another process that holds ``run_dir``'s training lock until killed."""
+    lock = run_dir / ".lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+                               str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
 def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
     """Two sweeps over one work folder: the run whose folder lock another process holds is
     neither trained nor counted as failed, its folder is left as it was, and once the other
     process is gone the run trains as usual."""
     work, results = tmp_path / "work", tmp_path / "results"
     busy, free = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
-    lock = busy.run_dir(work) / ".lock"
-    lock.parent.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
-                               str(lock)], stdout=subprocess.PIPE, text=True)
+    holder = hold_run_lock(busy.run_dir(work))
     try:
-        assert holder.stdout.readline().strip() == "held"
         lines = []
         outcome = launch.run_local([busy, free], work, results, jobs=1, log=lines.append)
         assert outcome[free.key] == "ok" and outcome[busy.key].startswith("skipped: another process is training it")
@@ -259,6 +265,28 @@ def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
     assert all(s.record_path(results).exists() for s in specs)
     assert launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor,
                                log=lambda line: None) == []
+
+
+def test_submitit_skips_a_run_another_process_is_training(tmp_path):
+    """Under submitit too, a locked run's task ends at once as skipped, not failed, and leaves
+    the run to the process that holds it; the other run of the array is recorded."""
+    submitit = pytest.importorskip("submitit")
+    work, results = tmp_path / "work", tmp_path / "results"
+    busy, free = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
+    executor = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
+    executor.update_parameters(timeout_min=10)
+    holder = hold_run_lock(busy.run_dir(work))
+    try:
+        lines = []
+        outcomes = launch.run_submitit([busy, free], work, results, tmp_path / "submitit", executor=executor,
+                                       log=lines.append)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "is being trained by another process" in outcomes[0]["skipped"] and outcomes[1]["seed"] == 2
+    assert lines[-1] == "1 runs recorded, 1 skipped (being trained by another process)"
+    assert free.record_path(results).exists() and not busy.record_path(results).exists()
+    assert sorted(p.name for p in busy.run_dir(work).iterdir()) == [".lock"]
 
 
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):

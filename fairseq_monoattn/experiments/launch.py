@@ -8,6 +8,9 @@ loses that run's current epoch only (it resumes from ``checkpoint_last.pt``).
 
 submitit: one array job, one task per run; ``requeue`` on preemption comes from submitit's
 checkpointing (a preempted run is requeued and resumes from its last checkpoint).
+
+Either way, a run whose folder another process holds (another sweep over the same work
+folder is training it) is skipped, not failed: its task ends at once and says so.
 """
 import json
 import os
@@ -20,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .runs import BUSY_EXIT, PLUGIN_DIR, RunSpec, run, run_seconds, spec_from_dict
+from .runs import BUSY_EXIT, PLUGIN_DIR, RunBusy, RunSpec, run, run_seconds, spec_from_dict
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -161,7 +164,13 @@ def run_submitit(specs: Sequence[RunSpec], work: Path, results: Path, folder: Pa
         executor.update_parameters(**parameters)
     jobs = executor.map_array(RequeueableRun(work, results), pending)
     log(f"submitted {len(jobs)} runs ({len(specs) - len(pending)} had records); job ids {jobs[0].job_id}...")
-    return [job.result() for job in jobs]
+    outcomes = [job.result() for job in jobs]
+    skipped = [outcome["skipped"] for outcome in outcomes if "skipped" in outcome]
+    for reason in skipped:
+        log(f"skipped: {reason}")
+    log(f"{len(outcomes) - len(skipped)} runs recorded" + (f", {len(skipped)} skipped (being trained by "
+                                                             f"another process)" if skipped else ""))
+    return outcomes
 
 
 class RequeueableRun:
@@ -172,7 +181,11 @@ class RequeueableRun:
         self.work, self.results = Path(work), Path(results)
 
     def __call__(self, spec: RunSpec) -> dict:
-        return run(spec, self.work, self.results)
+        """The run's record, or {"skipped": why} when another process is training it."""
+        try:
+            return run(spec, self.work, self.results)
+        except RunBusy as busy:
+            return {"skipped": str(busy)}
 
     def checkpoint(self, spec: RunSpec):
         import submitit
