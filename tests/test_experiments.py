@@ -493,6 +493,46 @@ def test_aggregate_tables_equal_a_recount_of_the_records():
     assert "9 runs" in text  # the other variant is not counted
 
 
+def test_the_direction_table_counts_runs_reading_their_tasks_way():
+    """g > 0.5 (median over the test splits, test_iid aside) reads forward; Copy is read forward
+    and Reverse Lookup mirrored; PosRetrieve (no one way) and runs without a gate are not counted."""
+    def gated(task, arch, seed, accuracies, **gates):
+        return dict(record(task, arch, seed, accuracies), direction_gate=gates)
+
+    records = [gated("copy", "gru_monoattn", 1, {"test15": 100, "test30": 100, "test100": 99}, test15=0.9, test30=0.8,
+                     test100=0.2, test_iid=0.0),  # median 0.8: forward, the right way
+               gated("copy", "gru_monoattn", 2, {"test15": 1, "test30": 0, "test100": 0}, test15=0.1, test30=0.6,
+                     test100=0.2, test_iid=1.0),  # median 0.2: reversed
+               gated("reverse_lookup", "gru_monoattn", 1, {"test7": 90, "test9": 12.5, "test11": 0}, test7=0.1),
+               gated("posretrieve", "gru_monoattn", 1, {"test15": 0}, test15=0.9),
+               record("copy", "gru_monoattn", 3, {"test15": 100}),
+               record("copy", "gru_content", 1, {"test15": 100})]
+    assert [aggregate.gate_reading(r) for r in records] == ["forward", "reversed", "reversed", "forward", None, None]
+    table = aggregate.direction_table(aggregate.collect(records))
+    assert table.splitlines()[-1] == "| gru_monoattn | 2 of 3 | Copy seed 2 (1 / 0 / 0) |"
+    assert "gru_content" not in table
+    assert table in aggregate.render(records)
+    assert aggregate.direction_table(aggregate.collect(records[-1:])) == ""
+
+
+def test_each_task_with_a_reading_direction_starts_its_output_at_that_end():
+    """TASKS[task].reading is the data's own rule: a forward task's first output comes from the
+    first input token, a reversed one's from the last (Lookup: the bits, first or before the '.')."""
+    from fairseq_monoattn.data import digits, lookup
+    from fairseq_monoattn.data.tasks import TASKS
+
+    x = list("3859016")
+    for task, rule in digits.RULES.items():
+        source, target = rule(x)
+        first_input = {"forward": source[0], "reversed": source[-1], None: None}[TASKS[task].reading]
+        if TASKS[task].reading is not None:
+            assert target[0] == first_input, task
+    assert TASKS["posretrieve"].reading is None  # it reads the position each digit names
+    assert lookup.source_tokens("101", ["t1", "t2"], reverse=False)[0] == "101" and TASKS["lookup"].reading == "forward"
+    assert lookup.source_tokens("101", ["t1", "t2"], reverse=True)[-2] == "101"
+    assert TASKS["reverse_lookup"].reading == "reversed"
+
+
 def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_path):
     from fairseq_monoattn.experiments import plots
 

@@ -6,6 +6,7 @@ reads its task's own default data, or says what it needs.
 """
 import importlib
 from dataclasses import dataclass
+from typing import Optional
 
 from .common import DataError, TaskBuilder
 
@@ -17,6 +18,9 @@ class Task:
     module: str  # module inside this package
     builder: str  # name of the build(seed, data_dir) function in that module
     description: str
+    # the way the output walks the input: "forward" (left to right), "reversed", or None when
+    # no one way does (a direction gate that reads the other way must undo it)
+    reading: Optional[str] = None
 
     def load(self) -> TaskBuilder:
         """The build(seed, data_dir) function of this task."""
@@ -31,19 +35,19 @@ class Task:
 
 
 TASKS = {
-    "copy": Task("digits", "build_copy", "copy the digits"),
-    "reverse_copy": Task("digits", "build_reverse_copy", "copy the digits in reverse order"),
-    "recopy": Task("digits", "build_recopy", "write each digit d 1 (d<=3), 3 (d<=6) or 5 times"),
-    "reverse_recopy": Task("digits", "build_reverse_recopy", "ReCopy of the reversed digits"),
-    "inv_recopy": Task("digits", "build_inv_recopy", "recover the digits from their ReCopy"),
+    "copy": Task("digits", "build_copy", "copy the digits", "forward"),
+    "reverse_copy": Task("digits", "build_reverse_copy", "copy the digits in reverse order", "reversed"),
+    "recopy": Task("digits", "build_recopy", "write each digit d 1 (d<=3), 3 (d<=6) or 5 times", "forward"),
+    "reverse_recopy": Task("digits", "build_reverse_recopy", "ReCopy of the reversed digits", "reversed"),
+    "inv_recopy": Task("digits", "build_inv_recopy", "recover the digits from their ReCopy", "forward"),
     "inv_reverse_recopy": Task("digits", "build_inv_reverse_recopy",
-                               "recover the digits from their Reverse ReCopy"),
-    "dedupe": Task("digits", "build_dedupe", "remove contiguous repetitions"),
+                               "recover the digits from their Reverse ReCopy", "reversed"),
+    "dedupe": Task("digits", "build_dedupe", "remove contiguous repetitions", "forward"),
     "posretrieve": Task("digits", "build_posretrieve",
                         "for each digit d, output `d : X[d] ;` (the token at position d)"),
-    "lookup": Task("lookup", "build_lookup", "compose 3-bit lookup tables left to right"),
+    "lookup": Task("lookup", "build_lookup", "compose 3-bit lookup tables left to right", "forward"),
     "reverse_lookup": Task("lookup", "build_reverse_lookup",
-                           "compose 3-bit lookup tables, mirrored input"),
+                           "compose 3-bit lookup tables, mirrored input", "reversed"),
     "scan": Task("scan", "build_scan", "SCAN length split (commands -> actions)"),
     "cfq": Task("cfq", "build_cfq", "CFQ length split (questions -> SPARQL)"),
 }

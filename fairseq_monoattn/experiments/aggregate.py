@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..data.tasks import TASKS
 from .paper import paper_value, verdict
 from .runs import DEFAULT_VARIANT, load_records, run_seconds
 
@@ -197,6 +198,47 @@ def budget_line(records: Sequence[dict]) -> str:
             "The paper: at most 100 epochs, early stop after 50 without improvement, median of 5 seeds.")
 
 
+def gate_reading(record: dict) -> Optional[str]:
+    """Which way a run's direction gate reads: the median of g = P(forward encodings) over its
+    length-generalization test splits (every split but test_iid), "forward" when above 1/2;
+    None without a gate."""
+    gates = {split: g for split, g in (record.get("direction_gate") or {}).items() if split != "test_iid"}
+    if not gates:
+        return None
+    return "forward" if statistics.median(gates.values()) > 0.5 else "reversed"
+
+
+def direction_table(cells: Dict[Tuple[str, str], Cell]) -> str:
+    """Per model with a direction gate: how many runs read their task's way (tasks with one
+    way, TASKS[task].reading), and which runs did not, with their accuracy."""
+    right, runs, wrong = defaultdict(int), defaultdict(int), defaultdict(list)
+    for (task, arch), cell in sorted(cells.items()):
+        way = TASKS[task].reading if task in TASKS else None
+        for record in sorted(cell.records, key=lambda r: r["seed"]):
+            reading = gate_reading(record)
+            if way is None or reading is None:
+                continue
+            runs[arch] += 1
+            if reading == way:
+                right[arch] += 1
+                continue
+            splits = paper_splits(task, cell) or sorted(record["splits"], key=split_order)
+            accuracy = " / ".join(fmt(record["splits"][s]["accuracy"]) for s in splits if s in record["splits"])
+            wrong[arch].append(f"{TASK_TITLES.get(task, task)} seed {record['seed']} ({accuracy})")
+    if not runs:
+        return ""
+    lines = ["#### Direction gate: which way each run reads", "",
+             "g = the gate's weight on the forward encodings, median over the test splits; a run reads its "
+             "task's way when g > 0.5 on a task read left to right (Copy, ReCopy, Inv ReCopy, Lookup, DeDupe) "
+             "or g < 0.5 on a mirrored one (Reverse Copy, Reverse ReCopy, Inv Reverse ReCopy, Reverse "
+             "Lookup). PosRetrieve has no one way and is left out.", "",
+             "| model | runs reading the task's way | the other runs (accuracy at the paper's lengths) |",
+             "| --- | ---: | --- |"]
+    for arch in sorted(runs):
+        lines.append(f"| {arch} | {right[arch]} of {runs[arch]} | {'; '.join(wrong[arch])} |")
+    return "\n".join(lines)
+
+
 def per_seed_table(cells: Dict[Tuple[str, str], Cell]) -> str:
     lines = ["| task | model | seed | epochs (best) | accuracy by split | direction gate g (test15) |",
              "| --- | --- | ---: | --- | --- | ---: |"]
@@ -233,6 +275,9 @@ def render(records: Sequence[dict], variant: str = DEFAULT_VARIANT, plots: Seque
         parts.append(probing_table(task, mine))
         parts.append("")
         parts.append(probing_table(task, mine, metric="mean_edit_distance"))
+    directions = direction_table(cells)
+    if directions:
+        parts += ["", directions]
     parts += ["", "<details><summary>Every run (seed, epochs run and best epoch, accuracy at every test length, "
               "direction gate)</summary>", "", per_seed_table(cells), "", "</details>"]
     return "\n".join(parts) + "\n"
