@@ -1,5 +1,6 @@
-"""Scoring a trained checkpoint on whole splits: greedy sequence accuracy, mean edit distance
-and, for models with a direction gate, the gate's value on the split's inputs.
+"""Scoring a trained checkpoint on whole splits: greedy sequence accuracy, mean edit distance,
+for models with a direction gate the gate's value on the split's inputs, and how sharp the
+cross-attention is on the split's targets (the attention peak).
 
     from fairseq_monoattn.scoring import score
     results = score("ck/checkpoint_best.pt", "data/bin", ["test15", "test30", "test100"], "scores.json")
@@ -68,9 +69,34 @@ class GateTally:
                 "forward_share": sum(v > 0.5 for v in values) / len(values), "applies_to": GATE_APPLIES_TO}
 
 
+class AttentionPeakTally:
+    """How sharp the cross-attention is, read off one teacher-forced pass on each example's own
+    target: peak = mean over the output steps of max_i a_ti, the largest weight the step puts on
+    one source position (1: every step reads one position; 1/n: spread evenly over n).  Kept per
+    example, so batches add up; models whose decoder returns no ``attention`` give None."""
+
+    def __init__(self):
+        self.values: List[float] = []
+
+    def add(self, model, sample, pad: int) -> None:
+        _, extra = model(**sample["net_input"])
+        attention = extra.get("attention") if isinstance(extra, dict) else None
+        if attention is None:
+            return
+        steps = sample["target"].ne(pad).to(attention.dtype)  # (B, T): the target's real steps
+        peaks = attention.max(dim=-1).values  # (B, T)
+        self.values.extend(((peaks * steps).sum(dim=1) / steps.sum(dim=1)).tolist())
+
+    def as_dict(self) -> Optional[Dict[str, float]]:
+        if not self.values:
+            return None
+        return {"mean": sum(self.values) / len(self.values), "min": min(self.values), "max": max(self.values)}
+
+
 def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
     """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
-    id, the output length limit used, the direction gate's statistics or None).
+    id, the output length limit used, the direction gate's statistics or None, the attention
+    peak's statistics or None).
 
     Nothing is filtered or skipped: batches ignore fairseq's position limits, keep the last
     partial batch, and every example id must come back exactly once.  The output length
@@ -87,11 +113,12 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
         required_batch_size_multiple=1, seed=1, num_workers=0,
     ).next_epoch_itr(shuffle=False)
     pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
-    tally, gates, found = Tally(), GateTally(), {}
+    tally, gates, peaks, found = Tally(), GateTally(), AttentionPeakTally(), {}
     for sample in (progress(batches) if progress else batches):
         with torch.no_grad():
             hypotheses = greedy_hypotheses(generator, models, sample)
             gates.add(models[0], sample)
+            peaks.add(models[0], sample, pad)
         targets = [strip_pad(t, pad) for t in sample["target"]]
         tally.add(hypotheses, targets, eos)
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
@@ -102,7 +129,7 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
         missing = sorted(set(range(len(dataset))) - set(found))[:10]
         raise RuntimeError(f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded "
                            f"(first ids: {missing})")
-    return tally, found, max_output_len, gates.as_dict()
+    return tally, found, max_output_len, gates.as_dict(), peaks.as_dict()
 
 
 def write_json_atomic(path: Path, value) -> None:
@@ -132,8 +159,9 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
             return tqdm(batches, desc=f"decoding {split}", leave=False, file=sys.stderr,
                         disable=not sys.stderr.isatty())
 
-        tally, hypotheses, limit, gate = score_split(models, task, split, batch_size, max_output_len, progress=bar)
-        results[split] = dict(tally.as_dict(), max_output_len=limit, direction_gate=gate,
+        tally, hypotheses, limit, gate, peak = score_split(models, task, split, batch_size, max_output_len,
+                                                           progress=bar)
+        results[split] = dict(tally.as_dict(), max_output_len=limit, direction_gate=gate, attention_peak=peak,
                               seconds=round(time.time() - start, 1))
         if predictions:
             lines = [task.target_dictionary.string(hypotheses[i]) for i in range(len(hypotheses))]
@@ -146,18 +174,26 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
 def table(scores) -> str:
     """A Markdown table of score()'s results, with the direction gate where there is one."""
     gated = any(s.get("direction_gate") for s in scores.values())
+    peaked = any(s.get("attention_peak") for s in scores.values())
     rows = ["| split | size | accuracy % | mean edit distance | wrong: cut short | wrong: overran |"
-            + (" direction gate g (mean; forward share) |" if gated else ""),
-            "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gated else "")]
+            + (" direction gate g (mean; forward share) |" if gated else "")
+            + (" attention peak (mean) |" if peaked else ""),
+            "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gated else "") + (" ---: |" if peaked else "")]
     for split, s in scores.items():
         row = (f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} "
                f"| {s['cut_short']} | {s['overran']} |")
         if gated:
             gate = s.get("direction_gate")
             row += f" {gate['mean']:.3f}; {100 * gate['forward_share']:.0f}% |" if gate else " |"
+        if peaked:
+            peak = s.get("attention_peak")
+            row += f" {peak['mean']:.3f} |" if peak else " |"
         rows.append(row)
     if gated:
         rows.append(f"\nThe direction gate applies to the {GATE_APPLIES_TO} (g = 1: forward, 0: reversed).")
     rows.append(("" if gated else "\n")  # a blank line ends the table
                 + "Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS).")
+    if peaked:
+        rows.append("Attention peak: the largest cross-attention weight of each output step on the target, averaged "
+                    "(1: each step reads one source position).")
     return "\n".join(rows)

@@ -111,6 +111,7 @@ def test_a_run_trains_scores_and_records(finished):
     assert len(record["training_threads"]) == 1 and record["training_threads"][0] >= 1  # one part, not resumed
     assert record["best_valid_accuracy"] == max(record["valid_accuracy"])
     assert set(record["direction_gate"]) == {"test9", "test_iid"}
+    assert set(record["attention_peak"]) == {"test9", "test_iid"} and 0 < record["attention_peak"]["test9"] <= 1
     assert 0.0 <= record["direction_gate"]["test9"] <= 1.0
     assert "--max-epoch" in record["train_options"] and record["train_options"][
         record["train_options"].index("--max-epoch") + 1] == "2"
@@ -174,6 +175,19 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     assert results["test9"]["overran"] == sum(len(h) > len(t) and h[:len(t)] == t for h, t in pairs)
     assert "| test9 | 13 |" in scoring_table(results)
     assert results["test9"]["direction_gate"]["applies_to"].startswith("cross-attention keys and values")
+    # the attention peak equals a recount, example by example, from one unbatched teacher-forced pass each
+    from fairseq_monoattn.attention_maps import teacher_forced
+    from fairseq_monoattn.scoring import load_checkpoint as load_for_scoring
+
+    models, task, _ = load_for_scoring(checkpoint, data / "bin")
+    task.load_dataset("test9")
+    peaks = [teacher_forced(models[0], item["source"], item["target"])[0].max(dim=-1).values.mean().item()
+             for item in (task.dataset("test9")[i] for i in range(13))]
+    recorded = results["test9"]["attention_peak"]
+    assert recorded["mean"] == pytest.approx(sum(peaks) / 13, abs=1e-5)
+    assert (recorded["min"], recorded["max"]) == pytest.approx((min(peaks), max(peaks)), abs=1e-5)
+    assert 1 / 12 < recorded["min"] <= recorded["max"] <= 1
+    assert "| attention peak (mean) |" in scoring_table(results)
     with pytest.raises(CheckpointError, match="exists"):
         score(checkpoint, data / "bin", ["test9"], out)
 

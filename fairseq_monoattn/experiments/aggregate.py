@@ -240,15 +240,21 @@ def direction_table(cells: Dict[Tuple[str, str], Cell]) -> str:
 
 
 def per_seed_table(cells: Dict[Tuple[str, str], Cell]) -> str:
-    lines = ["| task | model | seed | epochs (best) | accuracy by split | direction gate g (test15) |",
-             "| --- | --- | ---: | --- | --- | ---: |"]
+    lines = ["| task | model | seed | epochs (best) | accuracy by split | direction gate g (test15) "
+             "| attention peak (test15) |",
+             "| --- | --- | ---: | --- | --- | ---: | ---: |"]
+
+    def at_15(values: Optional[dict]) -> str:
+        value = (values or {}).get("test15", (values or {}).get("test"))
+        return "" if value is None else f"{value:.3f}"
+
     for (task, arch), cell in sorted(cells.items()):
         for record in sorted(cell.records, key=lambda r: r["seed"]):
             splits = sorted(record["splits"], key=split_order)
             accuracy = ", ".join(f"{split_label(s)}: {record['splits'][s]['accuracy']:.4g}" for s in splits)
-            gate = (record.get("direction_gate") or {}).get("test15", (record.get("direction_gate") or {}).get("test"))
             lines.append(f"| {task} | {arch} | {record['seed']} | {record['epochs_run']} ({record['best_epoch']}) | "
-                         f"{accuracy} | {'' if gate is None else f'{gate:.3f}'} |")
+                         f"{accuracy} | {at_15(record.get('direction_gate'))} | "
+                         f"{at_15(record.get('attention_peak'))} |")
     return "\n".join(lines)
 
 
@@ -279,7 +285,8 @@ def render(records: Sequence[dict], variant: str = DEFAULT_VARIANT, plots: Seque
     if directions:
         parts += ["", directions]
     parts += ["", "<details><summary>Every run (seed, epochs run and best epoch, accuracy at every test length, "
-              "direction gate)</summary>", "", per_seed_table(cells), "", "</details>"]
+              "direction gate, attention peak: the largest cross-attention weight of each output step on the "
+              "target, averaged; kept since 2026-11-23)</summary>", "", per_seed_table(cells), "", "</details>"]
     return "\n".join(parts) + "\n"
 
 

@@ -328,6 +328,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
     history = valid_history(run_dir / "train.log")
     best = max(history, key=lambda h: (h.get("accuracy", float("-inf")), h["epoch"])) if history else {}
     gates = {split: s["direction_gate"]["mean"] for split, s in scores.items() if s.get("direction_gate")}
+    peaks = {split: s["attention_peak"]["mean"] for split, s in scores.items() if s.get("attention_peak")}
     return {
         "record_version": RECORD_VERSION,
         "task": spec.task, "arch": spec.arch, "variant": spec.variant, "options": list(spec.options),
@@ -345,6 +346,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         # gives a record without them, as records of that time have
         "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
         "direction_gate": gates or None,
+        "attention_peak": peaks or None,  # None: no attention returned, or a run scored before it was kept
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
     }
