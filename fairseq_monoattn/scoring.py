@@ -172,7 +172,8 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
 
 
 def table(scores) -> str:
-    """A Markdown table of score()'s results, with the direction gate where there is one."""
+    """A Markdown table of score()'s results, with the direction gate and the attention peak where
+    the model has them."""
     gated = any(s.get("direction_gate") for s in scores.values())
     peaked = any(s.get("attention_peak") for s in scores.values())
     rows = ["| split | size | accuracy % | mean edit distance | wrong: cut short | wrong: overran |"

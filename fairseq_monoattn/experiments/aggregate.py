@@ -199,9 +199,9 @@ def budget_line(records: Sequence[dict]) -> str:
 
 
 def gate_reading(record: dict) -> Optional[str]:
-    """Which way a run's direction gate reads: the median of g = P(forward encodings) over its
-    length-generalization test splits (every split but test_iid), "forward" when above 1/2;
-    None without a gate."""
+    """Which way a run's direction gate reads: the median of g (the weight of the forward
+    encodings, g e + (1 - g) reverse(e)) over its length-generalization test splits (every split
+    but test_iid), "forward" when above 1/2; None without a gate."""
     gates = {split: g for split, g in (record.get("direction_gate") or {}).items() if split != "test_iid"}
     if not gates:
         return None
