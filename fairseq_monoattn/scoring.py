@@ -49,11 +49,22 @@ def load_checkpoint(checkpoint, data_bin):
     return models, task, cfg
 
 
-class GateTally:
-    """Direction-gate values of every example of a split (sums, so batches add up)."""
+class PerExampleTally:
+    """One value per example of a split, kept so batches add up; summarised as mean, min, max
+    (None when the model gave no value)."""
 
     def __init__(self):
         self.values: List[float] = []
+
+    def as_dict(self) -> Optional[Dict[str, object]]:
+        if not self.values:
+            return None
+        values = self.values
+        return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+
+
+class GateTally(PerExampleTally):
+    """Direction-gate values of every example of a split, and the share read forward (g > 0.5)."""
 
     def add(self, model, sample) -> None:
         gate_of = getattr(model, "direction_gate", None)
@@ -62,21 +73,18 @@ class GateTally:
             self.values.extend(gates.tolist())
 
     def as_dict(self) -> Optional[Dict[str, object]]:
-        if not self.values:
-            return None
-        values = self.values
-        return {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
-                "forward_share": sum(v > 0.5 for v in values) / len(values), "applies_to": GATE_APPLIES_TO}
+        summary = super().as_dict()
+        if summary is not None:
+            summary.update(forward_share=sum(v > 0.5 for v in self.values) / len(self.values),
+                           applies_to=GATE_APPLIES_TO)
+        return summary
 
 
-class AttentionPeakTally:
+class AttentionPeakTally(PerExampleTally):
     """How sharp the cross-attention is, read off one teacher-forced pass on each example's own
     target: peak = mean over the output steps of max_i a_ti, the largest weight the step puts on
-    one source position (1: every step reads one position; 1/n: spread evenly over n).  Kept per
-    example, so batches add up; models whose decoder returns no ``attention`` give None."""
-
-    def __init__(self):
-        self.values: List[float] = []
+    one source position (1: every step reads one position; 1/n: spread evenly over n).  Models
+    whose decoder returns no ``attention`` give None."""
 
     def add(self, model, sample, pad: int) -> None:
         _, extra = model(**sample["net_input"])
@@ -86,11 +94,6 @@ class AttentionPeakTally:
         steps = sample["target"].ne(pad).to(attention.dtype)  # (B, T): the target's real steps
         peaks = attention.max(dim=-1).values  # (B, T)
         self.values.extend(((peaks * steps).sum(dim=1) / steps.sum(dim=1)).tolist())
-
-    def as_dict(self) -> Optional[Dict[str, float]]:
-        if not self.values:
-            return None
-        return {"mean": sum(self.values) / len(self.values), "min": min(self.values), "max": max(self.values)}
 
 
 def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):

@@ -327,8 +327,9 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
     scores = json.loads((run_dir / "scores.json").read_text())["splits"]
     history = valid_history(run_dir / "train.log")
     best = max(history, key=lambda h: (h.get("accuracy", float("-inf")), h["epoch"])) if history else {}
-    gates = {split: s["direction_gate"]["mean"] for split, s in scores.items() if s.get("direction_gate")}
-    peaks = {split: s["attention_peak"]["mean"] for split, s in scores.items() if s.get("attention_peak")}
+    # per split, the mean of a per-example statistic the scorer kept (None where the model has none)
+    means = {key: {split: s[key]["mean"] for split, s in scores.items() if s.get(key)}
+             for key in ("direction_gate", "attention_peak")}
     return {
         "record_version": RECORD_VERSION,
         "task": spec.task, "arch": spec.arch, "variant": spec.variant, "options": list(spec.options),
@@ -345,8 +346,8 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         # a scores.json written before the cut-short counts existed (run scored, then killed before its record)
         # gives a record without them, as records of that time have
         "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
-        "direction_gate": gates or None,
-        "attention_peak": peaks or None,  # None: no attention returned, or a run scored before it was kept
+        "direction_gate": means["direction_gate"] or None,
+        "attention_peak": means["attention_peak"] or None,  # None: no attention returned, or a run scored before it was kept
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
     }
