@@ -64,11 +64,10 @@ class PerExampleTally:
 
 
 class GateTally(PerExampleTally):
-    """Direction-gate values of every example of a split, and the share read forward (g > 0.5)."""
+    """Direction-gate values g (B,) of every example of a split, and the share read forward
+    (g > 0.5); models without a gate give None."""
 
-    def add(self, model, sample) -> None:
-        gate_of = getattr(model, "direction_gate", None)
-        gates = gate_of(**{k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}) if gate_of else None
+    def add(self, gates: Optional[torch.Tensor]) -> None:
         if gates is not None:
             self.values.extend(gates.tolist())
 
@@ -81,19 +80,23 @@ class GateTally(PerExampleTally):
 
 
 class AttentionPeakTally(PerExampleTally):
-    """How sharp the cross-attention is, read off one teacher-forced pass on each example's own
-    target: peak = mean over the output steps of max_i a_ti, the largest weight the step puts on
-    one source position (1: every step reads one position; 1/n: spread evenly over n).  Models
-    whose decoder returns no ``attention`` give None."""
+    """How sharp the cross-attention is: peak = mean over the output steps of max_i a_ti, the
+    largest weight the step puts on one source position (1: every step reads one position;
+    1/n: spread evenly over n).  Models whose decoder returns no ``attention`` give None."""
 
-    def add(self, model, sample, pad: int) -> None:
-        _, extra = model(**sample["net_input"])
-        attention = extra.get("attention") if isinstance(extra, dict) else None
+    def add(self, attention: Optional[torch.Tensor], target: torch.Tensor, pad: int) -> None:
         if attention is None:
             return
-        steps = sample["target"].ne(pad).to(attention.dtype)  # (B, T): the target's real steps
+        steps = target.ne(pad).to(attention.dtype)  # (B, T): the target's real steps
         peaks = attention.max(dim=-1).values  # (B, T)
         self.values.extend(((peaks * steps).sum(dim=1) / steps.sum(dim=1)).tolist())
+
+
+def teacher_forced_extra(model, sample) -> Dict[str, object]:
+    """The decoder's ``extra`` of one teacher-forced pass on each example's own target: the
+    gate (``direction``) and the weights (``attention``) both come from this one pass."""
+    _, extra = model(**sample["net_input"])
+    return extra if isinstance(extra, dict) else {}
 
 
 def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
@@ -120,8 +123,9 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
     for sample in (progress(batches) if progress else batches):
         with torch.no_grad():
             hypotheses = greedy_hypotheses(generator, models, sample)
-            gates.add(models[0], sample)
-            peaks.add(models[0], sample, pad)
+            extra = teacher_forced_extra(models[0], sample)
+        gates.add(extra.get("direction"))
+        peaks.add(extra.get("attention"), sample["target"], pad)
         targets = [strip_pad(t, pad) for t in sample["target"]]
         tally.add(hypotheses, targets, eos)
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):

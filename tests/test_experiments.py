@@ -161,6 +161,8 @@ def test_a_recorded_run_is_skipped_and_another_variant_under_its_name_refused(fi
 
 
 def test_score_counts_every_example_and_matches_written_predictions(finished, tmp_path):
+    import torch
+
     work, _, spec, _ = finished
     checkpoint = spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt"
     data = spec.data_dir(work)
@@ -187,6 +189,13 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     assert recorded["mean"] == pytest.approx(sum(peaks) / 13, abs=1e-5)
     assert (recorded["min"], recorded["max"]) == pytest.approx((min(peaks), max(peaks)), abs=1e-5)
     assert 1 / 12 < recorded["min"] <= recorded["max"] <= 1
+    # the gate, read off the same pass, equals the model's own gate on each example alone
+    items = [task.dataset("test9")[i]["source"].unsqueeze(0) for i in range(13)]
+    gates = [models[0].direction_gate(src, torch.tensor([src.size(1)])).item() for src in items]
+    recorded = results["test9"]["direction_gate"]
+    assert recorded["mean"] == pytest.approx(sum(gates) / 13, abs=1e-5)
+    assert (recorded["min"], recorded["max"]) == pytest.approx((min(gates), max(gates)), abs=1e-5)
+    assert recorded["forward_share"] == sum(g > 0.5 for g in gates) / 13
     assert "| attention peak (mean) |" in scoring_table(results)
     with pytest.raises(CheckpointError, match="exists"):
         score(checkpoint, data / "bin", ["test9"], out)
