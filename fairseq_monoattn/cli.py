@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 
 def score_main(argv=None) -> None:
@@ -115,6 +116,9 @@ def sweep_main(argv=None) -> None:
     run = commands.choices["run"]
     run.add_argument("--jobs", type=int, default=1, help="local runs at once, each pinned to its share of the cores")
     run.add_argument("--commit", action="store_true", help="git-commit each record as its run finishes")
+    run.add_argument("--data-dir", type=Path, default=None, metavar="PATH",
+                     help="source data of a task the repository does not ship (table3-cfq: the CFQ 1.1 release, "
+                          "cfq1.1.tar.gz or its folder); read once to prepare WORK/data, before any run starts")
     run.add_argument("--slurm", action="store_true", help="submit to SLURM through submitit instead")
     run.add_argument("--partition", default=None, help="SLURM partition (with --slurm)")
     run.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per run (with --slurm)")
@@ -159,6 +163,8 @@ def sweep_main(argv=None) -> None:
             print(f"outdated: {path} ({describe_differences(changed, 'there')}); fairseq-monoattn-aggregate refuses it")
         return
     log = lambda line: print(line, flush=True)  # noqa: E731
+    prepare_source_data(parser, sweep.name, [s for s in specs if not s.record_path(args.results).exists()],
+                        args.work, args.data_dir, log)
     if args.slurm:
         parameters = dict(slurm_partition=args.partition, cpus_per_task=args.cpus_per_task,
                           gpus_per_node=args.gpus_per_node, timeout_min=args.timeout_min,
@@ -173,6 +179,25 @@ def sweep_main(argv=None) -> None:
         print(f"FAILED {key}: {result}")
     if failed:
         raise SystemExit(1)
+
+
+def prepare_source_data(parser, sweep_name: str, pending, work: Path, data_dir: Optional[Path], log) -> None:
+    """Prepare, in this process and before any run, the data of the pending runs' tasks whose
+    source is not in the repository (CFQ), from ``--data-dir``; an error names what is missing."""
+    from .data.common import DataError
+    from .data.tasks import TASKS
+    from .experiments.runs import RunError, prepared_data
+
+    readers = [name for name, task in TASKS.items() if task.needs_data_dir]
+    if data_dir is not None and not any(s.task in readers for s in pending):
+        parser.error(f"--data-dir: no run of {sweep_name} left to run reads it (only {', '.join(readers)} do)")
+    for task in dict.fromkeys(s.task for s in pending if s.task in readers):
+        spec = next(s for s in pending if s.task == task)
+        try:
+            folder = prepared_data(spec, work, data_dir)
+        except (RunError, DataError) as error:
+            raise SystemExit(f"error: {sweep_name}: {error}")
+        log(f"{task}: data in {folder}")
 
 
 def aggregate_main(argv=None) -> None:

@@ -14,6 +14,9 @@ Batches are exactly 32 examples (no rounding to multiples of 8) and no example i
 do not add ``--skip-invalid-size-inputs-valid-test``.  Validation decodes 256 examples at a
 time (``--batch-size-valid``): the model is padding-invariant, so this changes no number,
 only the time.
+
+Recipes by name (``recipe_options``): ``paper``; ``paper-teacher-forced`` (the release's
+checkpoint selection); ``paper-cfq`` (the paper's CFQ setup: its model size and batches of 128).
 """
 from typing import List
 
@@ -39,7 +42,25 @@ TEACHER_FORCED_SELECTION: List[str] = [
 ]
 PAPER_RECIPE_TEACHER_FORCED: List[str] = OPTIMIZATION + SCHEDULE + TEACHER_FORCED_SELECTION
 
-RECIPES = {"paper": PAPER_RECIPE, "paper-teacher-forced": PAPER_RECIPE_TEACHER_FORCED}
+# The paper's CFQ setup: "two layered GRUs for the encoder/decoder and twice the hidden size /
+# embedding size" (embeddings 128, d = 256: 128 per encoder direction), dropout 0.4 on the
+# encodings and batches of 128 (the release's CFQ configuration).  The model size rides with the
+# recipe because the paper gives it for the dataset, not for a model: every preset takes it.
+CFQ_MODEL_SIZE: List[str] = [
+    "--encoder-embed-dim", "128", "--decoder-embed-dim", "128", "--encoder-hidden-size", "128",
+    "--encoder-layers", "2", "--dropout", "0.4",
+]
+
+
+def with_batch_size(options: List[str], batch_size: int) -> List[str]:
+    options = list(options)
+    options[options.index("--batch-size") + 1] = str(batch_size)
+    return options
+
+
+PAPER_RECIPE_CFQ: List[str] = with_batch_size(PAPER_RECIPE, 128) + CFQ_MODEL_SIZE
+
+RECIPES = {"paper": PAPER_RECIPE, "paper-teacher-forced": PAPER_RECIPE_TEACHER_FORCED, "paper-cfq": PAPER_RECIPE_CFQ}
 
 
 def recipe_options(name: str = "paper", max_epoch: int = None, stop_after_perfect: int = 0) -> List[str]:

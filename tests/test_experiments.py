@@ -470,6 +470,44 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
     assert "--archs: table6 has no gru_relative; it has gru_content" in capsys.readouterr().err
 
 
+def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq_size(tmp_path, capsys):
+    """table3-cfq: the paper's CFQ column (its six models, 3 seeds) under the recipe of its CFQ
+    size.  Without --data-dir it stops before any run and names the option, preparing nothing;
+    with it the data is prepared once, and a run trains two GRU layers of 128 per direction on
+    embeddings of 128 in batches of 128, dropout 0.4."""
+    from pathlib import Path
+
+    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.experiments.paper import TABLES
+    from fairseq_monoattn.experiments.runs import prepared_data
+    from fairseq_monoattn.experiments.sweeps import get_sweep
+
+    sweep = get_sweep("table3-cfq")
+    assert list(sweep.cells) == [cell for cell in TABLES["table3-scan"] if cell[0] == "cfq"]
+    assert sweep.seeds == (1, 2, 3) and {s.recipe for s in sweep.specs()} == {"paper-cfq"}
+    work, results = tmp_path / "work", tmp_path / "results"
+    common = ["--work", str(work), "--results", str(results), "--archs", "gru_content", "--seeds", "1"]
+    with pytest.raises(SystemExit, match="cfq: .* is not prepared .* pass --data-dir"):
+        sweep_main(["run", "table3-cfq", *common])
+    assert not (work / "data" / "cfq-data1-v2").exists() and not (work / "runs").exists()
+    with pytest.raises(SystemExit):
+        sweep_main(["run", "table2", "--data-dir", str(tmp_path), *common[:4]])
+    assert "--data-dir: no run of table2 left to run reads it (only cfq do)" in capsys.readouterr().err
+
+    sample = Path(__file__).resolve().parent / "fixtures" / "cfq"
+    spec = RunSpec(**{**sweep.specs()[0].__dict__, "max_epoch": 1})
+    data = prepared_data(spec, work, sample)
+    assert json.loads((data / "manifest.json").read_text())["task"] == "cfq"
+    assert prepared_data(spec, work) == data  # prepared once: the source is not needed again
+    record = run(spec, work, results)
+    config = record["model_config"]
+    assert (config["encoder_embed_dim"], config["decoder_embed_dim"], config["encoder_hidden_size"],
+            config["encoder_layers"], config["dropout"]) == (128, 128, 128, 2, 0.4)
+    options = record["train_options"]
+    assert options[options.index("--batch-size") + 1] == "128" and options.count("--batch-size") == 1
+    assert record["recipe"] == "paper-cfq" and set(record["splits"]) == {"test"}
+
+
 def test_comparison_puts_option_sets_side_by_side(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])

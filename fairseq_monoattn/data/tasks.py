@@ -21,6 +21,8 @@ class Task:
     # the way the output walks the input: "forward" (left to right), "reversed", or None when
     # no one way does (a direction gate that reads the other way must undo it)
     reading: Optional[str] = None
+    # the task's source data is not in the repository: preparing it needs --data-dir
+    needs_data_dir: bool = False
 
     def load(self) -> TaskBuilder:
         """The build(seed, data_dir) function of this task."""
@@ -49,5 +51,5 @@ TASKS = {
     "reverse_lookup": Task("lookup", "build_reverse_lookup",
                            "compose 3-bit lookup tables, mirrored input", "reversed"),
     "scan": Task("scan", "build_scan", "SCAN length split (commands -> actions)"),
-    "cfq": Task("cfq", "build_cfq", "CFQ length split (questions -> SPARQL)"),
+    "cfq": Task("cfq", "build_cfq", "CFQ length split (questions -> SPARQL)", needs_data_dir=True),
 }

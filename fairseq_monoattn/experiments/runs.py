@@ -96,16 +96,21 @@ def file_lock(path: Path, busy: Optional[str] = None):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def prepared_data(spec: RunSpec, work: Path) -> Path:
+def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) -> Path:
     """The prepared data folder of the spec's task and data seed (prepared here if missing;
-    concurrent runs wait on a lock instead of preparing it twice)."""
+    concurrent runs wait on a lock instead of preparing it twice).  ``data_dir``: the source data
+    of a task the repository does not ship (CFQ), read only when the folder is not prepared yet."""
     from ..data.prepare import prepare
+    from ..data.tasks import TASKS
 
     folder = spec.data_dir(work)
     with file_lock(Path(work) / "data" / f".{folder.name}.lock"):
         manifest_file = folder / "manifest.json"
         if not manifest_file.exists():
-            prepare(spec.task, folder, seed=spec.data_seed, joined_dictionary=True)
+            if TASKS[spec.task].needs_data_dir and data_dir is None:
+                raise RunError(f"{spec.task}: {folder} is not prepared and its source data is not in the "
+                               f"repository: pass --data-dir (see docs/data.md) to prepare it")
+            prepare(spec.task, folder, seed=spec.data_seed, data_dir=data_dir, joined_dictionary=True)
         manifest = json.loads(manifest_file.read_text())
     if manifest["task"] != spec.task or manifest["seed"] != spec.data_seed:
         raise RunError(f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "

@@ -33,6 +33,8 @@ TABLE6_MODELS = ("gru_content", "gru_birelative", "gru_locattn", "gru_onestep", 
 SCAN_MODELS = ("gru_content", "gru_relative", "gru_mix_locattn", "gru_birelative", "gru_mix_onestep",
                "gru_mix_monoattn", "gru_locattn", "gru_onestep", "gru_monoattn", "gru_rmonoattn",
                "gru_mix_monoattn_pr")
+# CFQ's column of the same table: the six main-table models, 3 seeds as the paper
+CFQ_MODELS = SCAN_MODELS[:6]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Sweep:
     max_epoch: int = MAX_EPOCH
     stop_after_perfect: int = STOP_AFTER_PERFECT
     data_seed: int = 1
+    recipe: str = "paper"
     extra_seeds: Dict[Tuple[str, str], Tuple[int, ...]] = field(default_factory=dict)
 
     def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
@@ -64,7 +67,7 @@ class Sweep:
         stops early still covers every cell."""
         seeds = sorted(set(self.seeds).union(*self.extra_seeds.values()) if self.extra_seeds else self.seeds)
         return [RunSpec(task=task, arch=arch, seed=seed, data_seed=self.data_seed, max_epoch=self.max_epoch,
-                        stop_after_perfect=self.stop_after_perfect)
+                        stop_after_perfect=self.stop_after_perfect, recipe=self.recipe)
                 for seed in seeds for task, arch in self.cells
                 if seed in self.seeds or seed in self.extra_seeds.get((task, arch), ())]
 
@@ -85,6 +88,8 @@ register(Sweep("table2", "all 10 probing tasks x the main models (paper Tables 1
                grid(PROBING_TASKS, MAIN_MODELS)))
 register(Sweep("table3-scan", "SCAN length split x the models of the paper's SCAN tables",
                grid(("scan",), SCAN_MODELS)))
+register(Sweep("table3-cfq", "CFQ length split x the models of the paper's CFQ column (needs --data-dir: the "
+                                 "CFQ 1.1 release)", grid(("cfq",), CFQ_MODELS), recipe="paper-cfq"))
 register(Sweep("table5", "the OneStep ablations on the 8 probing tasks of the paper's ablation table",
                grid(PROBING_TASKS[:8], ("gru_onestep",) + ABLATIONS)))
 register(Sweep("table6", "DeDupe and PosRetrieve (the paper's appendix table)", grid(EXTRA_TASKS, TABLE6_MODELS)))
