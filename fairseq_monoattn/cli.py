@@ -92,6 +92,24 @@ def commit_record(spec, record_path: Path) -> None:
             return
 
 
+def uncommitted_records(specs, results: Path) -> list:
+    """The specs whose record exists but git does not have as it is (untracked or changed): runs
+    that finished after their sweep was stopped, so nobody committed them.  Empty outside git."""
+    import subprocess
+
+    results = Path(results).resolve()
+    if not results.is_dir():
+        return []
+    top = subprocess.run(["git", "-C", str(results), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode != 0:
+        return []
+    root = Path(top.stdout.strip())
+    listed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all", "-z", "--",
+                             str(results)], capture_output=True, text=True).stdout
+    pending = {(root / entry[3:]).resolve() for entry in listed.split("\0") if entry}
+    return [spec for spec in specs if spec.record_path(results).resolve() in pending]
+
+
 def sweep_main(argv=None) -> None:
     """fairseq-monoattn-sweep: run, resume or inspect a named sweep of the paper's experiments."""
     from .experiments import aggregate, launch
@@ -115,7 +133,9 @@ def sweep_main(argv=None) -> None:
                          help="also run these seeds for every cell whose median disagrees with the paper's verdict")
     run = commands.choices["run"]
     run.add_argument("--jobs", type=int, default=1, help="local runs at once, each pinned to its share of the cores")
-    run.add_argument("--commit", action="store_true", help="git-commit each record as its run finishes")
+    run.add_argument("--commit", action="store_true",
+                     help="git-commit each record as its run finishes (and first, any record of the sweep that no "
+                          "sweep committed)")
     run.add_argument("--data-dir", type=Path, default=None, metavar="PATH",
                      help="source data of a task the repository does not ship (table3-cfq: the CFQ 1.1 release, "
                           "cfq1.1.tar.gz or its folder); read once to prepare WORK/data, before any run starts")
@@ -165,12 +185,21 @@ def sweep_main(argv=None) -> None:
     log = lambda line: print(line, flush=True)  # noqa: E731
     prepare_source_data(parser, sweep.name, [s for s in specs if not s.record_path(args.results).exists()],
                         args.work, args.data_dir, log)
+
+    def commit_left_records():
+        for spec in uncommitted_records(specs, args.results) if args.commit else ():
+            log(f"[{spec.key}] committing its record, which no sweep committed (its run finished after its "
+                f"sweep stopped, or under SLURM)")
+            commit_record(spec, spec.record_path(args.results))
+
+    commit_left_records()
     if args.slurm:
         parameters = dict(slurm_partition=args.partition, cpus_per_task=args.cpus_per_task,
                           gpus_per_node=args.gpus_per_node, timeout_min=args.timeout_min,
                           slurm_array_parallelism=args.array_parallelism)
         launch.run_submitit(specs, args.work, args.results, args.work / "submitit", log=log,
                             **{k: v for k, v in parameters.items() if v is not None})
+        commit_left_records()
         return
     outcome = launch.run_local(specs, args.work, args.results, jobs=args.jobs,
                                on_record=commit_record if args.commit else None, log=log)

@@ -508,6 +508,43 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     assert record["recipe"] == "paper-cfq" and set(record["splits"]) == {"test"}
 
 
+def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path):
+    """A run that finishes after its sweep was stopped writes a record nobody commits; the next
+    ``run --commit`` finds exactly the records of its own runs that git lacks or has changed, and
+    commits each alone.  Other files (another sweep's record, a staged note) stay as they are."""
+    from fairseq_monoattn.cli import commit_record, uncommitted_records
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    results = tmp_path / "results"
+    ours = [tiny_spec(seed=s) for s in (1, 2, 3)]
+    other = tiny_spec(seed=1, task="reverse_copy")
+    for spec in ours + [other]:
+        spec.record_path(results).parent.mkdir(parents=True, exist_ok=True)
+        spec.record_path(results).write_text(json.dumps({"seed": spec.seed}))
+    git("add", str(ours[0].record_path(results)))
+    git("commit", "-q", "-m", "first")
+    ours[1].record_path(results).write_text("{}")  # seed 2: untracked; and a tracked record changed:
+    ours[0].record_path(results).write_text(json.dumps({"seed": 1, "rescored": True}))
+    (tmp_path / "note.txt").write_text("staged, not ours")
+    git("add", "note.txt")
+    assert uncommitted_records(ours, results) == ours  # seed 1 changed, 2 and 3 untracked
+    assert uncommitted_records(ours, tmp_path / "elsewhere") == []
+    for spec in uncommitted_records(ours, results):
+        commit_record(spec, spec.record_path(results))
+    assert uncommitted_records(ours, results) == []
+    assert uncommitted_records([other], results) == [other]
+    log = git("log", "--format=%s", "--name-only").split()
+    assert log.count("results:") == 3 and "note.txt" not in log
+    assert git("status", "--porcelain").splitlines() == ["A  note.txt", "?? results/reverse_copy/"]
+    assert git("ls-files", "--others", "--", "results").strip() == str(other.record_path(results).relative_to(tmp_path))
+
+
 def test_comparison_puts_option_sets_side_by_side(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])
