@@ -177,6 +177,11 @@ def sweep_main(argv=None) -> None:
         print(f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {args.results}; "
               f"{len(specs) - len(done)} left" + (f", about {hours * (len(specs) - len(done)):.1f} CPU-hours "
                                                   f"at {hours * 60:.1f} min a run" if records else ""))
+        left_out = uncommitted_records(done, args.results)
+        if left_out:
+            print(f"{len(left_out)} of these records are not committed ({left_out[0].record_path(args.results)}"
+                  f"{', ...' if len(left_out) > 1 else ''}); `fairseq-monoattn-sweep run` with this sweep and "
+                  f"`--commit` commits them before it runs anything")
         outdated = outdated_records(done_records)
         for record, changed in outdated:
             path = spec_from_dict(record).record_path(args.results)

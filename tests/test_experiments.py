@@ -508,11 +508,11 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     assert record["recipe"] == "paper-cfq" and set(record["splits"]) == {"test"}
 
 
-def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path):
+def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, capsys):
     """A run that finishes after its sweep was stopped writes a record nobody commits; the next
     ``run --commit`` finds exactly the records of its own runs that git lacks or has changed, and
     commits each alone.  Other files (another sweep's record, a staged note) stay as they are."""
-    from fairseq_monoattn.cli import commit_record, uncommitted_records
+    from fairseq_monoattn.cli import commit_record, sweep_main, uncommitted_records
 
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
@@ -534,6 +534,8 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path):
     (tmp_path / "note.txt").write_text("staged, not ours")
     git("add", "note.txt")
     assert uncommitted_records(ours, results) == ours  # seed 1 changed, 2 and 3 untracked
+    sweep_main(["status", "table2", "--tasks", "copy", "--archs", "gru_onestep", "--results", str(results)])
+    assert "3 of these records are not committed" in capsys.readouterr().out
     assert uncommitted_records(ours, tmp_path / "elsewhere") == []
     for spec in uncommitted_records(ours, results):
         commit_record(spec, spec.record_path(results))
