@@ -2,11 +2,12 @@
 fairseq-generate on its checkpoint; and the config equals the command-line recipe."""
 from pathlib import Path
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
-from fairseq_monoattn.recipes import PAPER_RECIPE
+from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_CFQ
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "examples" / "config"
 
@@ -32,19 +33,26 @@ def test_hydra_train_then_generate_a_preset(tmp_path):
     assert sorted(hypotheses(output.splitlines())) == list(range(11))  # every example, none dropped
 
 
-def test_the_hydra_config_is_the_command_line_recipe(tmp_path):
+@pytest.mark.parametrize("config_name, recipe_options", [("paper_recipe", PAPER_RECIPE),
+                                                          ("paper_recipe_cfq", PAPER_RECIPE_CFQ)])
+def test_the_hydra_config_is_the_command_line_recipe(tmp_path, config_name, recipe_options):
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     data = write_copy_dataset(tmp_path / "data", {"train": (8, 2, 3), "valid": (3, 2, 3)})
     args = options.parse_args_and_arch(options.get_training_parser(),
-                                       [str(data / "bin"), "--arch", "gru_onestep", *PAPER_RECIPE,
+                                       [str(data / "bin"), "--arch", "gru_onestep", *recipe_options,
                                         "--user-dir", USER_DIR])
     recipe = convert_namespace_to_omegaconf(args)
-    config = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "paper_recipe.yaml"))  # "???" stays text
+    config = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml"))  # "???" stays text
     for section, values in config.items():
         for key, value in values.items():
             if value == "???" or key == "_name" and section == "model" or (section, key) in {
                     ("common", "log_format"), ("common", "log_interval"), ("checkpoint", "no_epoch_checkpoints")}:
                 continue
             assert recipe[section][key] == value, (section, key)
+    # and the other way round: every option of the recipe is set in the file (a section's own
+    # option, --task or --optimizer, is its _name)
+    named = {key for values in config.values() for key in values} | {s for s, v in config.items() if "_name" in v}
+    for option in (o for o in recipe_options if o.startswith("--")):
+        assert option[2:].replace("-", "_") in named, option
