@@ -227,11 +227,13 @@ def prepare_source_data(parser, sweep_name: str, pending, work: Path, data_dir: 
         parser.error(f"--data-dir: no run of {sweep_name} left to run reads it (only {', '.join(readers)} do)")
     for task in dict.fromkeys(s.task for s in pending if s.task in readers):
         spec = next(s for s in pending if s.task == task)
+        before = (spec.data_dir(work) / "manifest.json").exists()
         try:
             folder = prepared_data(spec, work, data_dir)
         except (RunError, DataError) as error:
             raise SystemExit(f"error: {sweep_name}: {error}")
-        log(f"{task}: data in {folder}")
+        log(f"{task}: data in {folder}" + (" (prepared before; --data-dir is not read again)"
+                                           if before and data_dir is not None else ""))
 
 
 def aggregate_main(argv=None) -> None:

@@ -53,6 +53,7 @@ CFQ_MODEL_SIZE: List[str] = [
 
 
 def with_batch_size(options: List[str], batch_size: int) -> List[str]:
+    """A copy of ``options`` with another ``--batch-size``."""
     options = list(options)
     options[options.index("--batch-size") + 1] = str(batch_size)
     return options
