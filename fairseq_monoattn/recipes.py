@@ -52,14 +52,14 @@ CFQ_MODEL_SIZE: List[str] = [
 ]
 
 
-def with_batch_size(options: List[str], batch_size: int) -> List[str]:
-    """A copy of ``options`` with another ``--batch-size``."""
+def with_value(options: List[str], option: str, value) -> List[str]:
+    """A copy of ``options`` with another value for ``option`` (which it must hold)."""
     options = list(options)
-    options[options.index("--batch-size") + 1] = str(batch_size)
+    options[options.index(option) + 1] = str(value)
     return options
 
 
-PAPER_RECIPE_CFQ: List[str] = with_batch_size(PAPER_RECIPE, 128) + CFQ_MODEL_SIZE
+PAPER_RECIPE_CFQ: List[str] = with_value(PAPER_RECIPE, "--batch-size", 128) + CFQ_MODEL_SIZE
 
 RECIPES = {"paper": PAPER_RECIPE, "paper-teacher-forced": PAPER_RECIPE_TEACHER_FORCED, "paper-cfq": PAPER_RECIPE_CFQ}
 
@@ -69,9 +69,7 @@ def recipe_options(name: str = "paper", max_epoch: int = None, stop_after_perfec
     valid accuracy (``--stop-after-perfect K``, 0 = off) if asked for."""
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
-    options = list(RECIPES[name])
-    if max_epoch is not None:
-        options[options.index("--max-epoch") + 1] = str(max_epoch)
+    options = list(RECIPES[name]) if max_epoch is None else with_value(RECIPES[name], "--max-epoch", max_epoch)
     if stop_after_perfect:
         options += ["--stop-after-perfect", str(stop_after_perfect)]
     return options
