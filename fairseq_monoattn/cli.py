@@ -72,20 +72,27 @@ def prepare_main(argv=None) -> None:
     sys.exit(main(argv))
 
 
+def git_toplevel(folder: Path) -> Optional[Path]:
+    """The top folder of the git work tree holding ``folder``, or None outside git."""
+    import subprocess
+
+    top = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    return Path(top.stdout.strip()) if top.returncode == 0 else None
+
+
 def commit_record(spec, record_path: Path) -> None:
     """git-commit one finished run's record (only that file), so no finished run is lost when the
     machine goes away; a failure to commit is reported, never fatal."""
     import subprocess
 
     record_path = Path(record_path).resolve()
-    top = subprocess.run(["git", "-C", str(record_path.parent), "rev-parse", "--show-toplevel"],
-                         capture_output=True, text=True)
-    if top.returncode != 0:
+    top = git_toplevel(record_path.parent)
+    if top is None:
         print(f"note: {record_path} is not in a git repository; not committed", flush=True)
         return
     message = f"results: {spec.key} ({spec.max_epoch} epochs max)"
-    for command in (["git", "-C", top.stdout.strip(), "add", "--", str(record_path)],
-                    ["git", "-C", top.stdout.strip(), "commit", "-q", "-m", message, "--", str(record_path)]):
+    for command in (["git", "-C", str(top), "add", "--", str(record_path)],
+                    ["git", "-C", str(top), "commit", "-q", "-m", message, "--", str(record_path)]):
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             print(f"note: could not commit {record_path}: {done.stderr.strip()}", flush=True)
@@ -98,12 +105,9 @@ def uncommitted_records(specs, results: Path) -> list:
     import subprocess
 
     results = Path(results).resolve()
-    if not results.is_dir():
+    root = git_toplevel(results) if results.is_dir() else None
+    if root is None:
         return []
-    top = subprocess.run(["git", "-C", str(results), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
-    if top.returncode != 0:
-        return []
-    root = Path(top.stdout.strip())
     listed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all", "-z", "--",
                              str(results)], capture_output=True, text=True).stdout
     pending = {(root / entry[3:]).resolve() for entry in listed.split("\0") if entry}
