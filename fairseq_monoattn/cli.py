@@ -222,7 +222,6 @@ def sweep_main(argv=None) -> None:
 def prepare_source_data(parser, sweep_name: str, pending, work: Path, data_dir: Optional[Path], log) -> None:
     """Prepare, in this process and before any run, the data of the pending runs' tasks whose
     source is not in the repository (CFQ), from ``--data-dir``; an error names what is missing."""
-    from .data.common import DataError
     from .data.tasks import TASKS
     from .experiments.runs import RunError, prepared_data
 
@@ -234,7 +233,7 @@ def prepare_source_data(parser, sweep_name: str, pending, work: Path, data_dir: 
         before = (spec.data_dir(work) / "manifest.json").exists()
         try:
             folder = prepared_data(spec, work, data_dir)
-        except (RunError, DataError) as error:
+        except RunError as error:
             raise SystemExit(f"error: {sweep_name}: {error}")
         log(f"{task}: data in {folder}" + (" (prepared before; --data-dir is not read again)"
                                            if before and data_dir is not None else ""))

@@ -487,7 +487,7 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     assert sweep.seeds == (1, 2, 3) and {s.recipe for s in sweep.specs()} == {"paper-cfq"}
     work, results = tmp_path / "work", tmp_path / "results"
     common = ["--work", str(work), "--results", str(results), "--archs", "gru_content", "--seeds", "1"]
-    with pytest.raises(SystemExit, match="cfq: .* is not prepared .* pass --data-dir"):
+    with pytest.raises(SystemExit, match="cfq: cannot prepare .*cfq-data1-v2: cfq needs --data-dir"):
         sweep_main(["run", "table3-cfq", *common])
     assert not (work / "data" / "cfq-data1-v2").exists() and not (work / "runs").exists()
     with pytest.raises(SystemExit):

@@ -100,17 +100,17 @@ def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) ->
     """The prepared data folder of the spec's task and data seed (prepared here if missing;
     concurrent runs wait on a lock instead of preparing it twice).  ``data_dir``: the source data
     of a task the repository does not ship (CFQ), read only when the folder is not prepared yet."""
+    from ..data.common import DataError
     from ..data.prepare import prepare
-    from ..data.tasks import TASKS
 
     folder = spec.data_dir(work)
     with file_lock(Path(work) / "data" / f".{folder.name}.lock"):
         manifest_file = folder / "manifest.json"
         if not manifest_file.exists():
-            if TASKS[spec.task].needs_data_dir and data_dir is None:
-                raise RunError(f"{spec.task}: {folder} is not prepared and its source data is not in the "
-                               f"repository: pass --data-dir (see docs/data.md) to prepare it")
-            prepare(spec.task, folder, seed=spec.data_seed, data_dir=data_dir, joined_dictionary=True)
+            try:
+                prepare(spec.task, folder, seed=spec.data_seed, data_dir=data_dir, joined_dictionary=True)
+            except DataError as error:  # e.g. CFQ without --data-dir: the builder names what it needs
+                raise RunError(f"{spec.task}: cannot prepare {folder}: {error}") from None
         manifest = json.loads(manifest_file.read_text())
     if manifest["task"] != spec.task or manifest["seed"] != spec.data_seed:
         raise RunError(f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "
