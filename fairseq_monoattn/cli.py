@@ -134,7 +134,8 @@ def sweep_main(argv=None) -> None:
         sub.add_argument("--archs", nargs="+", default=None, metavar="ARCH",
                          help="only these architectures of the sweep")
         sub.add_argument("--more-seeds-where-different", type=int, nargs="+", default=(), metavar="SEED",
-                         help="also run these seeds for every cell whose median disagrees with the paper's verdict")
+                         help="also run these seeds for every cell whose median over the sweep's seeds "
+                              "(or --seeds) disagrees with the paper's verdict")
     run = commands.choices["run"]
     run.add_argument("--jobs", type=int, default=1, help="local runs at once, each pinned to its share of the cores")
     run.add_argument("--commit", action="store_true",
@@ -165,7 +166,10 @@ def sweep_main(argv=None) -> None:
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
     if args.more_seeds_where_different:
-        cells = aggregate.collect(load_records(args.results)) if args.results.exists() else {}
+        # the verdict of the sweep's own seeds decides, so that a cell whose first extra seed
+        # happens to tip its median still gets all the extra seeds asked for
+        records = load_records(args.results) if args.results.exists() else []
+        cells = aggregate.collect([r for r in records if r["seed"] in sweep.seeds])
         different = {key: tuple(args.more_seeds_where_different) for key, cell in cells.items()
                      if key in sweep.cells and aggregate.agreement(cell)[2]}
         sweep = replace(sweep, extra_seeds=different)

@@ -470,6 +470,39 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
     assert "--archs: table6 has no gru_relative; it has gru_content" in capsys.readouterr().err
 
 
+def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(tmp_path, capsys):
+    """--more-seeds-where-different picks the cells whose median over the sweep's seeds (1-3)
+    disagrees with the paper, and keeps them when an extra seed's record tips the median over all
+    records: OneStep on Copy (the paper 100 everywhere) at 100 / 90 / 0 is "partial"; with seed 4
+    at 100 the four-seed median is 95, "solved", yet seed 5 is still planned.  Content (the paper 0)
+    at 0 agrees and gets no extra seed."""
+    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.experiments.runs import RunSpec
+
+    def write(arch, seed, accuracy):
+        path = RunSpec("copy", arch, seed=seed).record_path(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        splits = {split: {"accuracy": accuracy} for split in ("test15", "test30", "test100")}
+        path.write_text(json.dumps({"task": "copy", "arch": arch, "variant": "default", "seed": seed,
+                                    "splits": splits}))
+
+    for seed, accuracy in ((1, 100.0), (2, 90.0), (3, 0.0), (4, 100.0)):
+        write("gru_onestep", seed, accuracy)
+    for seed in (1, 2, 3):
+        write("gru_content", seed, 0.0)
+    common = ["--tasks", "copy", "--archs", "gru_content", "gru_onestep", "--results", str(tmp_path)]
+    sweep_main(["status", "table2", *common, "--more-seeds-where-different", "4", "5"])
+    out = capsys.readouterr().out
+    assert out.startswith("1 cells disagree with the paper: adding seeds [4, 5]\n")
+    assert f"table2: 7 of 8 runs have records in {tmp_path}; 1 left" in out
+    sweep_main(["status", "table2", *common, "--more-seeds-where-different", "4", "5", "--seeds", "1", "2"])
+    assert capsys.readouterr().out.startswith("0 cells disagree")  # the base is --seeds: 100 / 90, median 95
+    write("gru_onestep", 3, 100.0)
+    sweep_main(["status", "table2", *common, "--more-seeds-where-different", "4", "5"])
+    out = capsys.readouterr().out
+    assert out.startswith("0 cells disagree") and "6 of 6 runs" in out
+
+
 def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq_size(tmp_path, capsys):
     """table3-cfq: the paper's CFQ column (its six models, 3 seeds) under the recipe of its CFQ
     size.  Without --data-dir it stops before any run and names the option, preparing nothing;
