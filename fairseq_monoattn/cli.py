@@ -168,8 +168,9 @@ def sweep_main(argv=None) -> None:
     if args.more_seeds_where_different:
         # the verdict of the sweep's own seeds decides, so that a cell whose first extra seed
         # happens to tip its median still gets all the extra seeds asked for
-        records = load_records(args.results) if args.results.exists() else []
-        cells = aggregate.collect([r for r in records if r["seed"] in sweep.seeds])
+        base_records = [r for r in load_records(args.results) if r["seed"] in sweep.seeds] \
+            if args.results.exists() else []
+        cells = aggregate.collect(base_records)
         different = {key: tuple(args.more_seeds_where_different) for key, cell in cells.items()
                      if key in sweep.cells and aggregate.agreement(cell)[2]}
         sweep = replace(sweep, extra_seeds=different)
