@@ -134,8 +134,9 @@ def sweep_main(argv=None) -> None:
         sub.add_argument("--archs", nargs="+", default=None, metavar="ARCH",
                          help="only these architectures of the sweep")
         sub.add_argument("--more-seeds-where-different", type=int, nargs="+", default=(), metavar="SEED",
-                         help="also run these seeds for every cell whose median over the sweep's seeds "
-                              "(or --seeds) disagrees with the paper's verdict")
+                         help="also run these seeds for every cell whose records over the sweep's seeds "
+                              "(or --seeds) disagree with the paper: a median with another verdict at some "
+                              "length, or for SCAN and CFQ a mean outside the paper's mean ± 2 std")
     run = commands.choices["run"]
     run.add_argument("--jobs", type=int, default=1, help="local runs at once, each pinned to its share of the cores")
     run.add_argument("--commit", action="store_true",
@@ -172,7 +173,7 @@ def sweep_main(argv=None) -> None:
             if args.results.exists() else []
         cells = aggregate.collect(base_records)
         different = {key: tuple(args.more_seeds_where_different) for key, cell in cells.items()
-                     if key in sweep.cells and aggregate.agreement(cell)[2]}
+                     if key in sweep.cells and aggregate.disagrees(cell)}
         sweep = replace(sweep, extra_seeds=different)
         print(f"{len(different)} cells disagree with the paper: adding seeds {args.more_seeds_where_different}")
     specs = sweep.specs()

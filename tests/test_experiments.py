@@ -503,6 +503,36 @@ def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(
     assert out.startswith("0 cells disagree") and "6 of 6 runs" in out
 
 
+def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_papers_two_std(tmp_path, capsys):
+    """On SCAN the tables judge a model by its mean against the paper's mean ± 2 std, and the extra
+    seeds go where they say **no**: MonoAttn (the paper 14.98 ± 0.15) at 16.53 / 14.80 / 15.64, mean
+    15.65, is 0.67 above and outside ±0.30; Content (17.61 ± 4.07) at 12 / 14 / 16 is inside."""
+    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.experiments.runs import RunSpec
+
+    def write(arch, seed, accuracy):
+        path = RunSpec("scan", arch, seed=seed).record_path(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": "scan", "arch": arch, "variant": "default", "seed": seed,
+                                    "splits": {"test": {"accuracy": accuracy}}}))
+
+    for seed, accuracy in ((1, 16.53), (2, 14.80), (3, 15.64)):
+        write("gru_monoattn", seed, accuracy)
+    for seed, accuracy in ((1, 12.0), (2, 14.0), (3, 16.0)):
+        write("gru_content", seed, accuracy)
+    common = ["--archs", "gru_content", "gru_monoattn", "--results", str(tmp_path)]
+    sweep_main(["status", "table3-scan", *common, "--more-seeds-where-different", "4", "5"])
+    out = capsys.readouterr().out
+    assert out.startswith("1 cells disagree with the paper: adding seeds [4, 5]\n")
+    assert f"table3-scan: 6 of 8 runs have records in {tmp_path}; 2 left" in out
+    write("gru_monoattn", 2, 14.0)  # mean 15.39: still outside
+    sweep_main(["status", "table3-scan", *common, "--more-seeds-where-different", "4", "5"])
+    assert capsys.readouterr().out.startswith("1 cells disagree")
+    write("gru_monoattn", 1, 15.0)  # mean 14.88: inside
+    sweep_main(["status", "table3-scan", *common, "--more-seeds-where-different", "4", "5"])
+    assert capsys.readouterr().out.startswith("0 cells disagree")
+
+
 def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq_size(tmp_path, capsys):
     """table3-cfq: the paper's CFQ column (its six models, 3 seeds) under the recipe of its CFQ
     size.  Without --data-dir it stops before any run and names the option, preparing nothing;

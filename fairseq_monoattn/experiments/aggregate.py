@@ -99,6 +99,15 @@ def agreement(cell: Cell) -> Tuple[int, int, List[str]]:
     return agree, compared, differ
 
 
+def disagrees(cell: Cell) -> bool:
+    """Whether a cell's verdict is not the paper's, as the tables below mark it (**no**): a probing
+    cell at some length, a SCAN or CFQ cell by a mean outside the paper's mean ± 2 std."""
+    if cell.task in MEAN_STD_TASKS:
+        theirs, ours = paper_value(cell.task, cell.arch, "test"), cell.values("test")
+        return isinstance(theirs, tuple) and bool(ours) and not within_paper_range(ours, theirs)
+    return bool(agreement(cell)[2])
+
+
 def fmt(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.4g}"
 
