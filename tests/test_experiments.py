@@ -275,6 +275,21 @@ def test_progress_estimates_the_time_left_from_recorded_and_new_runs(tmp_path):
     assert launch.Progress(total=1, skipped=1, log=None, past=[600.0]).line(1) == "1/1 runs done, 0 running, 0 left"
 
 
+def test_progress_counts_a_run_another_process_trains_as_done_once_its_record_lands(tmp_path):
+    """A run skipped because another sweep holds its lock is "being trained by another process"
+    until that process writes its record, and done from then on, not being trained forever."""
+    progress = launch.Progress(total=3, skipped=1, log=None)
+    record = tmp_path / "seed2.json"
+    progress.started()
+    progress.finished(5.0, ok=False, elsewhere=record)
+    assert progress.line(1) == "1/3 runs done, 0 running, 1 left, 1 being trained by another process"
+    record.write_text("{}")
+    assert progress.line(1) == "2/3 runs done, 0 running, 1 left"
+    progress.started()
+    progress.finished(5.0, ok=False)
+    assert progress.line(1) == "2/3 runs done, 0 running, 0 left, 1 failed"
+
+
 def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
     submitit = pytest.importorskip("submitit")
     work, results = tmp_path / "work", tmp_path / "results"

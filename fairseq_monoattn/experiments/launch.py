@@ -48,7 +48,8 @@ class Progress:
     done (those recorded before, as their records give them, and those done here)."""
 
     def __init__(self, total: int, skipped: int, log: Callable[[str], None], past: Sequence[float] = ()):
-        self.total, self.done, self.running, self.failed, self.elsewhere = total, skipped, 0, 0, 0
+        self.total, self.done, self.running, self.failed = total, skipped, 0, 0
+        self.elsewhere: List[Path] = []  # the records of runs found being trained by another process
         self.durations: List[float] = list(past)
         self.log = log
         self.lock = threading.Lock()
@@ -58,26 +59,30 @@ class Progress:
         with self.lock:
             self.running += 1
 
-    def finished(self, seconds: float, ok: bool, elsewhere: bool = False):
-        """``elsewhere``: another process was found training the run, so it is neither done nor failed here."""
+    def finished(self, seconds: float, ok: bool, elsewhere: Optional[Path] = None):
+        """``elsewhere``: the record of a run another process was found training; it is neither done
+        nor failed here, and counts as done once that process writes the record."""
         with self.lock:
             self.running -= 1
             self.done += ok
-            self.elsewhere += elsewhere
-            self.failed += not ok and not elsewhere
+            if elsewhere is not None:
+                self.elsewhere.append(elsewhere)
+            self.failed += not ok and elsewhere is None
             if ok:
                 self.durations.append(seconds)
 
     def line(self, jobs: int) -> str:
-        left = self.total - self.done - self.failed - self.elsewhere
+        done_there = sum(record.exists() for record in self.elsewhere)
+        done, elsewhere = self.done + done_there, len(self.elsewhere) - done_there
+        left = self.total - done - self.failed - elsewhere
         estimate = ""
         if self.durations and left > 0:
             mean = sum(self.durations) / len(self.durations)
             hours = mean * left / max(1, jobs) / 3600
             estimate = f"; about {mean / 60:.1f} min a run, {hours:.1f} h left at {jobs} at once"
-        return (f"{self.done}/{self.total} runs done, {self.running} running, {left} left"
+        return (f"{done}/{self.total} runs done, {self.running} running, {left} left"
                 + (f", {self.failed} failed" if self.failed else "")
-                + (f", {self.elsewhere} being trained by another process" if self.elsewhere else "") + estimate)
+                + (f", {elsewhere} being trained by another process" if elsewhere else "") + estimate)
 
 
 def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1,
@@ -132,7 +137,7 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
         finally:
             with free_lock:
                 free.append(slot)
-        progress.finished(time.time() - start, ok, elsewhere=elsewhere)
+        progress.finished(time.time() - start, ok, elsewhere=spec.record_path(results) if elsewhere else None)
         if ok and on_record is not None:
             with record_lock:
                 on_record(spec, spec.record_path(results))
