@@ -103,8 +103,7 @@ def disagrees(cell: Cell) -> bool:
     """Whether a cell's verdict is not the paper's, as the tables below mark it (**no**): a probing
     cell at some length, a SCAN or CFQ cell by a mean outside the paper's mean ± 2 std."""
     if cell.task in MEAN_STD_TASKS:
-        theirs, ours = paper_value(cell.task, cell.arch, "test"), cell.values("test")
-        return isinstance(theirs, tuple) and bool(ours) and not within_paper_range(ours, theirs)
+        return within_paper_range(cell) is False
     return bool(agreement(cell)[2])
 
 
@@ -146,9 +145,13 @@ def mean_std(values: List[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def within_paper_range(ours: List[float], theirs: Tuple[float, float]) -> bool:
-    """Our mean lies within the paper's mean ± 2 std (SCAN, CFQ: every model is partial there,
-    so the solved / failed verdict cannot tell the models apart)."""
+def within_paper_range(cell: Cell) -> Optional[bool]:
+    """Whether our mean lies within the paper's mean ± 2 std (SCAN, CFQ: every model is partial
+    there, so the solved / failed verdict cannot tell the models apart); None without a paper
+    value or a record."""
+    theirs, ours = paper_value(cell.task, cell.arch, "test"), cell.values("test")
+    if not isinstance(theirs, tuple) or not ours:
+        return None
     mean, std = theirs
     return abs(statistics.mean(ours) - mean) <= 2 * std
 
@@ -158,8 +161,8 @@ def mean_std_table(task: str, cells: List[Cell]) -> str:
     for cell in sorted(cells, key=lambda c: c.arch):
         theirs, ours = paper_value(task, cell.arch, "test"), cell.values("test")
         paper_text, verdict_text = "", ""
-        if isinstance(theirs, tuple) and ours:
-            inside = within_paper_range(ours, theirs)
+        inside = within_paper_range(cell)
+        if inside is not None:
             compared, within = compared + 1, within + inside
             paper_text, verdict_text = f" ({theirs[0]:.2f} ± {theirs[1]:.2f})", "yes" if inside else "**no**"
         rows.append(f"| {cell.arch} | {len(cell.records)} | {mean_std(ours)}{paper_text} | "
