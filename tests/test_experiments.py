@@ -485,6 +485,16 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
     assert "--archs: table6 has no gru_relative; it has gru_content" in capsys.readouterr().err
 
 
+def write_accuracy_record(results, task, arch, seed, accuracy, splits):
+    """A scripted record of the default variant: ``accuracy`` on every one of ``splits``."""
+    from fairseq_monoattn.experiments.runs import RunSpec
+
+    path = RunSpec(task, arch, seed=seed).record_path(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"task": task, "arch": arch, "variant": "default", "seed": seed,
+                                "splits": {split: {"accuracy": accuracy} for split in splits}}))
+
+
 def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(tmp_path, capsys):
     """--more-seeds-where-different picks the cells whose median over the sweep's seeds (1-3)
     disagrees with the paper, and keeps them when an extra seed's record tips the median over all
@@ -492,14 +502,9 @@ def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(
     at 100 the four-seed median is 95, "solved", yet seed 5 is still planned.  Content (the paper 0)
     at 0 agrees and gets no extra seed."""
     from fairseq_monoattn.cli import sweep_main
-    from fairseq_monoattn.experiments.runs import RunSpec
 
     def write(arch, seed, accuracy):
-        path = RunSpec("copy", arch, seed=seed).record_path(tmp_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        splits = {split: {"accuracy": accuracy} for split in ("test15", "test30", "test100")}
-        path.write_text(json.dumps({"task": "copy", "arch": arch, "variant": "default", "seed": seed,
-                                    "splits": splits}))
+        write_accuracy_record(tmp_path, "copy", arch, seed, accuracy, ("test15", "test30", "test100"))
 
     for seed, accuracy in ((1, 100.0), (2, 90.0), (3, 0.0), (4, 100.0)):
         write("gru_onestep", seed, accuracy)
@@ -523,13 +528,9 @@ def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_p
     seeds go where they say **no**: MonoAttn (the paper 14.98 ± 0.15) at 16.53 / 14.80 / 15.64, mean
     15.65, is 0.67 above and outside ±0.30; Content (17.61 ± 4.07) at 12 / 14 / 16 is inside."""
     from fairseq_monoattn.cli import sweep_main
-    from fairseq_monoattn.experiments.runs import RunSpec
 
     def write(arch, seed, accuracy):
-        path = RunSpec("scan", arch, seed=seed).record_path(tmp_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"task": "scan", "arch": arch, "variant": "default", "seed": seed,
-                                    "splits": {"test": {"accuracy": accuracy}}}))
+        write_accuracy_record(tmp_path, "scan", arch, seed, accuracy, ("test",))
 
     for seed, accuracy in ((1, 16.53), (2, 14.80), (3, 15.64)):
         write("gru_monoattn", seed, accuracy)
