@@ -149,7 +149,7 @@ class CrossAttention(nn.Module):
             encodings, memory["direction"] = self.direction_gate(encodings, summary, lengths)
         memory["values"] = self.values(encodings)
         if self.location is not None:
-            memory.update(self.location.prepare(lengths, width))
+            memory.update(self.location.prepare(lengths, width, encodings.dtype))
         if self.scorer is not None:
             memory.update(self.scorer.prepare(self.keys(encodings)))  # "keys" (and "key_bias")
         return memory

@@ -113,11 +113,11 @@ class LocationAttention(nn.Module):
         return torch.sigmoid(heads.gate) * previous_position + bias
 
     @staticmethod
-    def prepare(lengths: torch.Tensor, width: int):
+    def prepare(lengths: torch.Tensor, width: int, dtype: torch.dtype = torch.float32):
         """Per-sequence constants: norm(i), the size of one step 1 / max(1, L - 1), and L."""
-        lengths = lengths.float()
+        lengths = lengths.to(dtype)
         return {
-            "positions": normalized_positions(lengths, width),
+            "positions": normalized_positions(lengths, width, dtype),
             "step_size": 1.0 / (lengths - 1).clamp(min=1),
             "lengths": lengths,
         }

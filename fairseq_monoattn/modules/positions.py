@@ -14,13 +14,13 @@ def padding_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return torch.arange(width, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
 
 
-def normalized_positions(lengths: torch.Tensor, width: int) -> torch.Tensor:
+def normalized_positions(lengths: torch.Tensor, width: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """norm(i) = i / max(1, L - 1) for 0-based i: the first position is 0, the last 1.
 
     Padding columns get values > 1; callers mask them.
     """
-    index = torch.arange(width, device=lengths.device, dtype=torch.float).unsqueeze(0)
-    return index / (lengths.unsqueeze(1).float() - 1).clamp(min=1)
+    index = torch.arange(width, device=lengths.device, dtype=dtype).unsqueeze(0)
+    return index / (lengths.unsqueeze(1).to(dtype) - 1).clamp(min=1)
 
 
 def reversal_index(lengths: torch.Tensor, width: int) -> torch.Tensor:
@@ -30,16 +30,16 @@ def reversal_index(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return torch.where(index < lengths.unsqueeze(1), reversed_index, index)
 
 
-def sinusoid(positions: torch.Tensor, dim: int) -> torch.Tensor:
+def sinusoid(positions: torch.Tensor, dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Fixed sinusoidal embedding [sin(p w_j), cos(p w_j)], w_j = 10000^(-2j/dim).
 
     Works for any (also negative) position, so no distance is ever out of range.
     """
     half = dim // 2
     freqs = torch.exp(
-        torch.arange(half, device=positions.device, dtype=torch.float) * (-math.log(10000.0) / half)
+        torch.arange(half, device=positions.device, dtype=dtype) * (-math.log(10000.0) / half)
     )
-    angles = positions.float().unsqueeze(-1) * freqs
+    angles = positions.to(dtype).unsqueeze(-1) * freqs
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
 
 
@@ -50,10 +50,11 @@ def rotate_pairs(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     on i - t only.
     """
     half = x.size(-1) // 2
+    dtype = torch.promote_types(x.dtype, torch.float32)  # angles of long distances need float32 at least
     freqs = torch.exp(
-        torch.arange(half, device=x.device, dtype=torch.float) * (-math.log(10000.0) / half)
+        torch.arange(half, device=x.device, dtype=dtype) * (-math.log(10000.0) / half)
     )
-    angles = positions.float().unsqueeze(-1) * freqs
+    angles = positions.to(dtype).unsqueeze(-1) * freqs
     cos, sin = torch.cos(angles), torch.sin(angles)
     first, second = x[..., :half], x[..., half:]
-    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1).to(x.dtype)

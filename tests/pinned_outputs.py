@@ -1,0 +1,133 @@
+"""The function of every preset (and of a few other option combinations), pinned on one fixed
+batch so that refactoring and speed work cannot change it unnoticed.
+
+For each configuration the model is built from a fixed seed (so the order in which parameters
+draw their initial values is pinned too: a seed must keep giving the same run), then evaluated
+twice in float64:
+
+* ``init``: as built; teacher-forced log-probabilities of the gold tokens, the expected source
+  position of every step's attention, the direction gate; the gradient of the summed negative
+  log-likelihood, per parameter (in creation order) as (norm, projection on a fixed random
+  direction).
+* ``perturbed``: every parameter moved by seeded noise (in creation order) and the mono gate
+  set into its sensitive range, so that branches the initialisation leaves flat (a saturated
+  gate, a zero bias) shape the numbers too.
+
+Values are keyed by the parameters' creation order, not their names: a renamed parameter
+changes ``parameter_names`` only (and checkpoints need the old name mapped on loading).
+
+    python tests/pinned_outputs.py --write     # regenerate tests/fixtures/pinned_outputs.json
+
+Regenerate only for a change that is meant to change a function, and say so in the commit.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from model_helpers import batch, build, digit_dictionary
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "pinned_outputs.json"
+
+D = digit_dictionary()
+SOURCES = [list("314"), list("2718281"), list("141421356237"), list("57721566490153286060")]
+TARGETS = [s[::-1] + s[:2] for s in SOURCES]  # lengths differ from the sources'
+
+# (name, arch, option overrides): every preset, and combinations the presets do not cover
+EXTRA = [
+    ("base", "gru_seq2seq", {}),
+    ("onestep-sum", "gru_onestep", {"location_normalization": "sum"}),
+    ("onestep-direct-heads", "gru_onestep", {"location_projection": False, "linear_init": "pytorch"}),
+    ("locattn-per-head-pytorch", "gru_locattn", {"location_head_init": "per-head", "linear_init": "pytorch"}),
+    ("mono-trainable-gate", "gru_monoattn", {"mono_gate_init": 0.0}),
+    ("mix-relative-gated", "gru_mix_onestep", {"attention_scoring": "relative", "reference": "gated",
+                                               "mix_temperature": 5.0}),
+    ("mix-rotary-pr", "gru_mix_monoattn_pr", {"attention_scoring": "rotary"}),
+    ("two-layers-shared", "gru_mix_locattn_s", {"encoder_layers": 2, "decoder_layers": 2,
+                                                "share_all_embeddings": True, "source_eos": True,
+                                                "embedding_init": "scaled-normal", "boundary_init": "normal"}),
+    ("wider-decoder", "gru_content", {"decoder_hidden_size": 96, "attention_dim": 48, "decoder_dropout": 0.3,
+                                      "share_decoder_input_output_embed": False}),
+]
+
+
+def configurations():
+    from fairseq_monoattn.models.presets import PRESETS
+
+    return [(name, name, {}) for name in PRESETS] + EXTRA
+
+
+def _round(values):
+    return [float(v) for v in values]
+
+
+def evaluate(model, sample):
+    """Log-probabilities of the gold tokens (B, T), attention's expected position (B, T), gate
+    (B,) or None, and per parameter (grad norm, grad . fixed direction)."""
+    model.zero_grad()
+    logits, extra = model(**sample["net_input"])
+    lprobs = model.get_normalized_probs((logits, None), log_probs=True)
+    target = sample["target"]
+    gold = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(target.eq(D.pad()), 0.0)
+    (-gold.sum()).backward()
+    attention = extra["attention"]
+    expected_position = (attention * torch.arange(attention.size(-1), dtype=attention.dtype)).sum(-1)
+    generator = torch.Generator().manual_seed(123)
+    gradients = []
+    for parameter in model.parameters():
+        direction = torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+        grad = parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)
+        gradients.append([float(grad.norm()), float((grad * direction).sum())])
+    direction = extra.get("direction")
+    return {
+        "gold_log_probs": [_round(row) for row in gold.detach()],
+        "expected_position": [_round(row) for row in expected_position.detach()],
+        "direction_gate": None if direction is None else _round(direction.detach()),
+        "gradients": gradients,
+    }
+
+
+def perturb(model):
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64))
+            if parameter.dim() == 0:  # Mono's gate logit, the one scalar parameter
+                parameter.fill_(0.4)  # s = sigmoid(0.4): both parts of Mono's step count
+
+
+def pinned(arch, overrides):
+    model = build(arch, D, seed=11, **overrides).double()
+    model.train()  # dropout off below, but the training-time code path
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    sample = batch(D, SOURCES, TARGETS)
+    result = {"init": evaluate(model, sample)}
+    perturb(model)
+    result["perturbed"] = evaluate(model, sample)
+    result["parameter_names"] = [name for name, _ in model.named_parameters()]  # in creation order
+    return result
+
+
+def compute_all():
+    torch.set_default_dtype(torch.float32)
+    return {name: pinned(arch, overrides) for name, arch, overrides in configurations()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help=f"write {FIXTURE}")
+    args = parser.parse_args(argv)
+    values = compute_all()
+    if args.write:
+        FIXTURE.write_text(json.dumps(values, indent=0, sort_keys=True) + "\n")
+        print(f"wrote {FIXTURE} ({len(values)} configurations)")
+    else:
+        json.dump(values, sys.stdout, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
