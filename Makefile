@@ -23,7 +23,7 @@ install: $(VENV)/.installed
 # The main job: OneStep attention against relative attention on ReCopy (trained on lengths 5-10),
 # both scored at lengths 15, 30 and 100.
 demo: install
-	$(PY) examples/run_experiment.py recopy --arch gru_onestep gru_relative --seeds 1 --max-epoch $(DEMO_EPOCHS) \
+	$(VENV)/bin/fairseq-monoattn-run recopy --arch gru_onestep gru_relative --seeds 1 --max-epoch $(DEMO_EPOCHS) \
 		--jobs 2 --work work/demo --results work/demo/results
 
 test: install

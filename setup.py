@@ -2,7 +2,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="fairseq-monoattn",
-    version="0.2.0",
+    version="0.3.0",
     description="Monotonic location attention for length generalisation (ICML 2023) as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
@@ -11,14 +11,15 @@ setup(
     include_package_data=True,
     entry_points={
         "console_scripts": [
-            "fairseq-monoattn-prepare = fairseq_monoattn.cli:prepare_main",
-            "fairseq-monoattn-lookup-tables = fairseq_monoattn.data.lookup:main",
-            "fairseq-monoattn-score = fairseq_monoattn.cli:score_main",
-            "fairseq-monoattn-compare = fairseq_monoattn.cli:compare_main",
-            "fairseq-monoattn-run = fairseq_monoattn.cli:run_main",
-            "fairseq-monoattn-sweep = fairseq_monoattn.cli:sweep_main",
-            "fairseq-monoattn-aggregate = fairseq_monoattn.cli:aggregate_main",
-            "fairseq-monoattn-plot-attention = fairseq_monoattn.attention_plots:main",
+            "fairseq-monoattn-prepare = fairseq_monoattn.cli.prepare:main",
+            "fairseq-monoattn-lookup-tables = fairseq_monoattn.cli.lookup_tables:main",
+            "fairseq-monoattn-run = fairseq_monoattn.cli.run:main",
+            "fairseq-monoattn-compare = fairseq_monoattn.cli.compare:main",
+            "fairseq-monoattn-sweep = fairseq_monoattn.cli.sweep:main",
+            "fairseq-monoattn-aggregate = fairseq_monoattn.cli.aggregate:main",
+            "fairseq-monoattn-score = fairseq_monoattn.cli.score:main",
+            "fairseq-monoattn-plot-attention = fairseq_monoattn.cli.plot_attention:main",
+            "fairseq-monoattn-user-dir = fairseq_monoattn.cli.user_dir:main",
         ],
     },
     python_requires=">=3.8",

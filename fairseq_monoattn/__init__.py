@@ -1,8 +1,24 @@
 """fairseq-monoattn: monotonic location attention for length generalisation, as a fairseq
-user-dir plugin (``--user-dir fairseq_monoattn``)."""
-__version__ = "0.2.0"
+user-dir plugin (``--user-dir fairseq_monoattn``).
 
-from . import fairseq_compat  # noqa: F401,E402  (checkpoint loading, no dropped batches)
-from . import criterions, models, tasks  # noqa: F401,E402  (registration)
+Importing the package registers its fairseq components (the registration list is
+:func:`register`): at once when fairseq is loaded already (as under ``--user-dir``), otherwise
+as soon as fairseq finishes loading, so that the commands which never need fairseq (data
+preparation, tables) start without it.
+"""
+__version__ = "0.3.0"
 
-__all__ = ["models", "__version__"]
+
+def register() -> None:
+    """Register the plugin's model, presets, task and criterion with fairseq (idempotent)."""
+    from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
+    from .criterions import sequence_accuracy  # noqa: F401
+    from .models import gru_seq2seq  # noqa: F401  (the model and its presets)
+    from .tasks import length_generalization  # noqa: F401
+
+
+from ._after_import import call_after_import  # noqa: E402
+
+call_after_import("fairseq", register)
+
+__all__ = ["register", "__version__"]

@@ -72,10 +72,10 @@ class AttentionMap:
 
 # -- loading ---------------------------------------------------------------------------
 
-def load_checkpoint(checkpoint, data) -> LoadedModel:
+def load_checkpoint(checkpoint, data, user_dir=None) -> LoadedModel:
     """A checkpoint through fairseq's own loader, with its task reading dictionaries from ``data``."""
     try:
-        models, task, cfg = scoring.load_checkpoint(checkpoint, data)
+        models, task, cfg = scoring.load_checkpoint(checkpoint, data, user_dir)
     except scoring.CheckpointError as error:
         raise AttentionMapError(str(error)) from None
     return LoadedModel(models[0], task, architecture_name(cfg), Path(checkpoint))

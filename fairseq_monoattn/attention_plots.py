@@ -1,11 +1,5 @@
-"""Render a trained model's cross-attention for one input as a PNG heat map.
-
-    python examples/plot_attention.py --checkpoint CK.pt --data DIR/bin --source "4 7 9 8" \
-        [--target "4 7 9 8"] --out attention.png [--title ...] [--force]
-
-    # one panel per checkpoint, same input, shared colour scale
-    python examples/plot_attention.py --checkpoint A.pt B.pt C.pt --labels OneStep Mono Content \
-        --data DIR/bin --source "4 7 9 8" --out grid.png
+"""Render a trained model's cross-attention for one input as a PNG heat map (the command is
+``fairseq-monoattn-plot-attention``, ``cli/plot_attention.py``).
 
 Rows are output steps (labelled with the output tokens, </s> included), columns the source
 positions the decoder attends over: START, the tokens, </s>, END (no </s> for a model trained
@@ -13,13 +7,11 @@ with --source-eos False; listed right to left when a model's direction gate read
 encodings, g < 0.5).  Each model decodes the source greedily (beam 1) unless --target forces an
 output.  An existing --out is never replaced without --force.
 """
-import argparse
 import math
 import os
 import tempfile
 from pathlib import Path
 
-from .attention_maps import AttentionMapError, attention_map, load_checkpoint
 
 DPI = 100
 CELL_INCHES = 0.32  # one matrix cell, for small maps
@@ -146,75 +138,3 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-# -- command line ----------------------------------------------------------------------
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command's options (its name is the program's, as argparse has it by default)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", nargs="+", required=True, type=Path,
-                        help="one checkpoint, or several for a grid (one panel each)")
-    parser.add_argument("--data", nargs="+", required=True, type=Path,
-                        help="binarized data folder (DIR/bin) with the dictionaries; one, or one per checkpoint")
-    parser.add_argument("--source", required=True, help='source tokens, space-separated, e.g. "4 7 9 8"')
-    parser.add_argument("--target", help="force this output instead of the greedy hypothesis")
-    parser.add_argument("--labels", nargs="+", help="panel titles, one per checkpoint (default: architecture)")
-    parser.add_argument("--title", help="figure title")
-    parser.add_argument("--out", required=True, type=Path, help="PNG file to write")
-    parser.add_argument("--force", action="store_true", help="replace an existing --out")
-    parser.add_argument("--max-len-a", type=float, default=5.0,
-                        help="greedy output length limit a*(n+1)+b, n source tokens (default a=5)")
-    parser.add_argument("--max-len-b", type=int, default=10, help="see --max-len-a (default b=10)")
-    return parser
-
-
-def parse_args(argv=None, parser=None):
-    """Parsed and checked options; a bad one exits with argparse's usage message (status 2)."""
-    parser = parser or build_parser()
-    args = parser.parse_args(argv)
-    check_args(parser, args)
-    return args
-
-
-def check_args(parser, args):
-    """Options argparse cannot check alone: counts that must agree, paths that must (not) exist."""
-    count = len(args.checkpoint)
-    if args.labels is not None and len(args.labels) != count:
-        parser.error(f"--labels: {len(args.labels)} given for {count} checkpoint(s)")
-    if len(args.data) not in (1, count):
-        parser.error(f"--data: give one folder or one per checkpoint ({count}), not {len(args.data)}")
-    if args.out.suffix.lower() != ".png":
-        parser.error(f"--out must end in .png: {args.out}")
-    if args.out.exists() and not args.force:
-        parser.error(f"--out exists, not overwriting it (pass --force): {args.out}")
-    for path in args.checkpoint:
-        if not path.is_file():
-            parser.error(f"checkpoint not found: {path}")
-    for path in args.data:
-        if not path.is_dir():
-            parser.error(f"data folder not found: {path} (pass the binarized folder, e.g. DIR/bin)")
-
-
-def main(argv=None):
-    """The command: load each checkpoint, draw its attention for --source, write --out.
-
-    Returns the AttentionMap of each checkpoint; a problem with the input exits (SystemExit)
-    with a message naming it."""
-    parser = build_parser()
-    args = parse_args(argv, parser)
-    folders = args.data * len(args.checkpoint) if len(args.data) == 1 else args.data
-    results = []
-    try:
-        for checkpoint, data in zip(args.checkpoint, folders):
-            loaded = load_checkpoint(checkpoint, data)
-            results.append(attention_map(loaded, args.source, args.target, args.max_len_a, args.max_len_b))
-    except AttentionMapError as error:
-        raise SystemExit(f"{parser.prog}: error: {error}") from None
-    labels = args.labels or [None] * len(results)
-    render(results, labels, args.out, args.title)
-    for result, label in zip(results, labels):
-        kind = "target" if result.forced else "greedy"
-        print(f"{label or result.architecture}: {kind} output: {result.hypothesis}")
-    print(f"wrote {args.out}")
-    return results

@@ -18,7 +18,11 @@ only the time.
 Recipes by name (``recipe_options``): ``paper``; ``paper-teacher-forced`` (the release's
 checkpoint selection); ``paper-cfq`` (the paper's CFQ setup: its model size and batches of 128).
 """
-from typing import List
+from typing import Dict, List, Union
+
+# The length_generalization task's own defaults for the options that change training (the task's
+# dataclass reads them from here, so that a command's training can be planned without fairseq).
+TASK_DEFAULTS: Dict[str, Union[str, int]] = {"train_batches": "sorted", "stop_after_perfect": 0}
 
 OPTIMIZATION = [
     "--optimizer", "adam", "--lr", "1e-3", "--weight-decay", "0", "--clip-norm", "5",

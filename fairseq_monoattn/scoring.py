@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .dictionaries import DictionaryMismatch
 from .metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad
 
 # The direction gate mixes the encodings the cross-attention reads (its keys and values).
@@ -24,16 +25,58 @@ GATE_APPLIES_TO = "cross-attention keys and values: g * e + (1 - g) * reverse(e)
 
 
 class CheckpointError(ValueError):
-    """A missing checkpoint or data folder, worded for the command line."""
+    """A checkpoint or data folder that cannot be used, worded for the command line and naming
+    the file; ``usage``: the command was given bad input (exit status 2) rather than failing."""
+
+    def __init__(self, message: str, usage: bool = True):
+        super().__init__(message)
+        self.usage = usage
 
 
-def load_checkpoint(checkpoint, data_bin):
+def split_files(data_bin: Path, split: str) -> List[Path]:
+    """The index files of both sides of a binarized split (fairseq's src-tgt naming)."""
+    return [Path(data_bin) / f"{split}.src-tgt.{side}.idx" for side in ("src", "tgt")]
+
+
+def check_score_inputs(checkpoint, data_bin, splits, out, force: bool = False, user_dir=None) -> None:
+    """Everything :func:`score` needs, checked before any decoding: the checkpoint, the data
+    folder, both sides of every split, a writable --out (not an existing file unless ``force``)."""
+    checkpoint, data_bin, out = Path(checkpoint), Path(data_bin), Path(out)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"checkpoint not found: {checkpoint}")
+    if not data_bin.is_dir():
+        raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
+    if not any(data_bin.glob("dict.*.txt")):
+        raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
+    missing = [str(path) for split in splits for path in split_files(data_bin, split) if not path.is_file()]
+    if missing:
+        raise CheckpointError(f"missing split files: {', '.join(missing)}")
+    if user_dir is not None and not (Path(user_dir) / "__init__.py").is_file():
+        raise CheckpointError(f"--user-dir {user_dir}: not a Python package (no __init__.py)")
+    if out.exists() and not force:
+        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if out.is_dir() or not os.access(folder, os.W_OK):
+        raise CheckpointError(f"cannot write {out} ({'a folder' if out.is_dir() else f'{folder} is not writable'})")
+
+
+def load_checkpoint(checkpoint, data_bin, user_dir=None):
     """(models in eval mode, task, cfg) from a checkpoint through fairseq's own loader, the
-    task reading its dictionaries and splits from ``data_bin``."""
+    task reading its dictionaries and splits from ``data_bin``.  A checkpoint that cannot be read,
+    or whose dictionaries are not the data's, is a CheckpointError naming both files."""
     from fairseq import checkpoint_utils
 
-    import fairseq_monoattn  # noqa: F401  (registers the plugin before the checkpoint is read)
+    import fairseq_monoattn
 
+    fairseq_monoattn.register()  # before the checkpoint is read
+    if user_dir is not None:
+        from argparse import Namespace
+
+        from fairseq import utils
+
+        utils.import_user_module(Namespace(user_dir=str(user_dir)))
     checkpoint, data_bin = Path(checkpoint), Path(data_bin)
     if not checkpoint.is_file():
         raise CheckpointError(f"checkpoint not found: {checkpoint}")
@@ -41,9 +84,14 @@ def load_checkpoint(checkpoint, data_bin):
         raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
     if not any(data_bin.glob("dict.*.txt")):
         raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data_bin)}
-    )
+    state = read_checkpoint(checkpoint, {"data": str(data_bin)})
+    try:
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [str(checkpoint)], arg_overrides={"data": str(data_bin)}, state=state)
+    except DictionaryMismatch as error:
+        raise CheckpointError(f"{checkpoint} does not fit {data_bin}: {error}") from None
+    except (RuntimeError, KeyError, ValueError) as error:
+        raise CheckpointError(f"{checkpoint}: cannot build its model on {data_bin}: {error}", usage=False) from None
     for model in models:
         model.eval()
     return models, task, cfg
@@ -148,16 +196,38 @@ def write_json_atomic(path: Path, value) -> None:
     os.replace(tmp, path)
 
 
-def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, predictions=False, force=False):
+def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> dict:
+    """A checkpoint's state as fairseq reads it (with ``arg_overrides``, e.g. another data
+    folder); CheckpointError naming the file when it cannot be read (empty, truncated, not a
+    checkpoint)."""
+    from fairseq import checkpoint_utils
+
+    checkpoint = Path(checkpoint)
+    if checkpoint.stat().st_size == 0:
+        raise CheckpointError(f"{checkpoint}: empty file, not a checkpoint")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides)
+    except Exception as error:  # torch's unpickler raises many kinds for a damaged file
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{checkpoint}: cannot read it as a checkpoint ({type(error).__name__}: "
+                              f"{first[:200]})") from None
+    if not isinstance(state, dict) or "model" not in state or ("cfg" not in state and "args" not in state):
+        raise CheckpointError(f"{checkpoint}: not a fairseq checkpoint (no model and configuration)")
+    return state
+
+
+def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, predictions=False, force=False,
+          user_dir=None):
     """Score ``splits`` of ``checkpoint`` and write ``out`` (JSON; never over an existing file
-    unless ``force``).  Returns {split: {size, correct, accuracy, mean_edit_distance, ...}}."""
+    unless ``force``).  Returns {split: {size, correct, accuracy, mean_edit_distance, ...}}.
+    Every input is checked before decoding starts; nothing is written unless every split is
+    scored."""
     from tqdm import tqdm
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # data-loading chatter per split
     out = Path(out)
-    if out.exists() and not force:
-        raise CheckpointError(f"{out} exists; pass --force to replace it")
-    models, task, _cfg = load_checkpoint(checkpoint, data)
+    check_score_inputs(checkpoint, data, splits, out, force, user_dir)
+    models, task, _cfg = load_checkpoint(checkpoint, data, user_dir)
     results = {}
     for split in splits:
         start = time.time()

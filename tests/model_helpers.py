@@ -8,9 +8,19 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import fairseq_monoattn  # noqa: F401  (registers the architectures)
 from fairseq_monoattn.models.presets import PRESETS
+from fairseq_monoattn.modules import LocationAttention
+from fairseq_monoattn.registry import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
 
 ALL_ARCHS = ["gru_seq2seq"] + list(PRESETS)
 LOCATION_ARCHS = [name for name in PRESETS if PRESETS[name].get("location_attention")]
+
+
+def location_attention(reference="previous", step_activation="sigmoid", location_normalization="softmax",
+                       clamp_slope=None, sigma_min=0.27, **settings):
+    """A LocationAttention from registry names (``settings``: the entries' own options)."""
+    return LocationAttention(REFERENCES.build(reference, settings), STEP_ACTIVATIONS.build(step_activation, settings),
+                             NORMALIZATIONS.build(location_normalization, settings), sigma_min=sigma_min,
+                             clamp_slope=clamp_slope)
 
 
 def digit_dictionary():

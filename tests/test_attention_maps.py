@@ -11,7 +11,8 @@ from fairseq.sequence_generator import SequenceGenerator
 from PIL import Image
 
 from fairseq_cli_helpers import train, write_copy_dataset
-from fairseq_monoattn import attention_plots as plot_attention
+from fairseq_monoattn import attention_plots
+from fairseq_monoattn.cli import plot_attention
 from fairseq_monoattn.attention_maps import AttentionMapError, LoadedModel, attention_map, load_checkpoint
 from model_helpers import build, digit_dictionary
 
@@ -194,24 +195,37 @@ def png_size(path):
         return image.size
 
 
+def test_the_installed_command_exits_0_after_writing_the_png(checkpoints, copy_data, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "attention.png"
+    done = subprocess.run([str(Path(sys.executable).parent / "fairseq-monoattn-plot-attention"), "--checkpoint",
+                           str(checkpoints["gru_onestep"]), "--data", str(copy_data), "--source", "4 7 9",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert png_size(out)[0] > 0 and f"wrote {out}" in done.stdout
+    assert done.stderr == ""  # no return value dumped
+
+
 def test_cli_writes_a_png_of_the_expected_size(checkpoints, copy_data, tmp_path, capsys):
     out = tmp_path / "attention.png"
-    (result,) = plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
+    (result,) = plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
                                      "--source", "4 7 9 8", "--out", str(out), "--title", "Copy"])
-    assert png_size(out) == plot_attention.expected_pixels([result.matrix.shape])
+    assert png_size(out) == attention_plots.expected_pixels([result.matrix.shape])
     assert f"greedy output: {result.hypothesis}" in capsys.readouterr().out
 
 
 def test_cli_grid_of_two_checkpoints(checkpoints, copy_data, tmp_path):
     out = tmp_path / "grid.png"
-    results = plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), str(checkpoints["gru_content"]),
+    results = plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), str(checkpoints["gru_content"]),
                                    "--labels", "OneStep", "Content", "--data", str(copy_data),
                                    "--source", HELD_OUT, "--target", HELD_OUT, "--out", str(out)])
     assert [r.architecture for r in results] == ["gru_onestep", "gru_content"]
     shapes = [r.matrix.shape for r in results]
     assert shapes == [(13, 15), (13, 15)]
-    assert png_size(out) == plot_attention.expected_pixels(shapes)
-    assert png_size(out)[0] > plot_attention.expected_pixels(shapes[:1])[0]  # two panels side by side
+    assert png_size(out) == attention_plots.expected_pixels(shapes)
+    assert png_size(out)[0] > attention_plots.expected_pixels(shapes[:1])[0]  # two panels side by side
 
 
 def test_cli_refuses_an_existing_out_unless_forced(checkpoints, copy_data, tmp_path, capsys):
@@ -220,28 +234,29 @@ def test_cli_refuses_an_existing_out_unless_forced(checkpoints, copy_data, tmp_p
     argv = ["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data), "--source", "4 7",
             "--out", str(out)]
     with pytest.raises(SystemExit):
-        plot_attention.main(argv)
+        plot_attention.plot(argv)
     assert "--out exists" in capsys.readouterr().err and out.read_bytes() == b"keep me"
-    plot_attention.main([*argv, "--force"])
+    plot_attention.plot([*argv, "--force"])
     assert png_size(out)[0] > 0
 
 
 def test_cli_errors(checkpoints, copy_data, tmp_path, capsys):
     base = ["--data", str(copy_data), "--source", "4 7", "--out", str(tmp_path / "a.png")]
     with pytest.raises(SystemExit):
-        plot_attention.main(["--checkpoint", str(tmp_path / "missing.pt"), *base])
+        plot_attention.plot(["--checkpoint", str(tmp_path / "missing.pt"), *base])
     assert "checkpoint not found" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="'q'"):
-        plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
-                             "--source", "4 q 7", "--out", str(tmp_path / "a.png")])
     with pytest.raises(SystemExit):
-        plot_attention.main(["--checkpoint", str(checkpoints["gru_onestep"]), "--labels", "A", "B", *base])
+        plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
+                             "--source", "4 q 7", "--out", str(tmp_path / "a.png")])
+    assert "'q'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), "--labels", "A", "B", *base])
     assert "--labels" in capsys.readouterr().err
     assert not (tmp_path / "a.png").exists()
 
 
 def test_long_inputs_thin_the_tick_labels():
-    ticks, thinned = plot_attention.tick_positions(103)
-    assert thinned and ticks[0] == 0 and ticks[-1] == 102 and len(ticks) <= plot_attention.MAX_TICKS + 1
-    assert plot_attention.tick_positions(20) == (list(range(20)), False)
-    assert plot_attention.panel_inches(300, 300) == (plot_attention.MAX_PANEL_INCHES,) * 2
+    ticks, thinned = attention_plots.tick_positions(103)
+    assert thinned and ticks[0] == 0 and ticks[-1] == 102 and len(ticks) <= attention_plots.MAX_TICKS + 1
+    assert attention_plots.tick_positions(20) == (list(range(20)), False)
+    assert attention_plots.panel_inches(300, 300) == (attention_plots.MAX_PANEL_INCHES,) * 2

@@ -136,7 +136,7 @@ def test_gradients_reach_every_parameter(arch):
     logits, _ = model(**sample["net_input"])
     logits.sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
-    assert not [n for n in missing if not n.endswith("mono_gate_logit")], missing
+    assert not [n for n in missing if not n.endswith("step.gate_logit")], missing
 
 
 def test_mono_gate_saturates_at_the_release_initialisation():
@@ -150,6 +150,6 @@ def test_mono_gate_saturates_at_the_release_initialisation():
         model.train()
         logits, _ = model(**sample["net_input"])
         logits.sum().backward()
-        grads[init] = model.decoder.attention.location.mono_gate_logit.grad.item()
+        grads[init] = model.decoder.attention.location.step.gate_logit.grad.item()
     assert torch.sigmoid(torch.tensor(20.0)).item() == 1.0
     assert grads[20.0] == 0.0 and grads[0.0] != 0.0

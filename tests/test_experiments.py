@@ -429,7 +429,8 @@ def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp
 def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, tmp_path, capsys):
     """A record trained under another default than its command builds today is named, with what
     changed, and nothing is written; an option the model does not read does not count."""
-    from fairseq_monoattn.cli import aggregate_main, sweep_main
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from fairseq_monoattn.cli.sweep import main as sweep_main
 
     _, results, spec, record = finished
     moved = tmp_path / "results"
@@ -439,16 +440,17 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     record = json.loads(json.dumps(record))
     record["model_config"]["mix_temperature"] = 5.0  # OneStep mixes nothing
     path.write_text(json.dumps(record))
-    aggregate_main([str(moved), "--update", str(out)])
+    assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 0
     assert out.exists()
     out.unlink()
     record["model_config"]["step_temperature"] = 2.0
     path.write_text(json.dumps(record))
-    with pytest.raises(SystemExit, match=rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
-                                         r"step_temperature: 2.0 there, 5.0 now"):
-        aggregate_main([str(moved), "--update", str(out)])
+    capsys.readouterr()
+    assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 1
+    assert re.search(rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
+                     r"step_temperature: 2.0 there, 5.0 now", capsys.readouterr().err)
     assert not out.exists()
-    aggregate_main([str(moved), "--update", str(out), "--include-outdated"])
+    assert aggregate_main(["--results", str(moved), "--update", str(out), "--include-outdated"]) == 0
     assert "Generated from 1 records" in out.read_text()
     capsys.readouterr()
     smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
@@ -464,9 +466,9 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
 
 
 def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what_it_lacks(tmp_path, capsys):
-    """--tasks and --archs keep exactly the cells of both lists, in the sweep's order; a name the
+    """--task and --arch keep exactly the cells of both lists, in the sweep's order; a name the
     sweep does not have is an error naming the option and the name."""
-    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.cli.sweep import main as sweep_main
     from fairseq_monoattn.experiments.sweeps import get_sweep
 
     table2 = get_sweep("table2")
@@ -477,12 +479,16 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
         ("recopy", "gru_monoattn", 1), ("recopy", "gru_rmonoattn", 1), ("inv_reverse_recopy", "gru_monoattn", 1),
         ("inv_reverse_recopy", "gru_rmonoattn", 1), ("recopy", "gru_monoattn", 2)]
     assert table2.only(archs=["gru_content"]).cells == tuple((t, "gru_content") for t, _ in table2.cells[::9])
-    sweep_main(["status", "table2", "--tasks", "copy", "--archs", "gru_content", "gru_onestep",
+    sweep_main(["status", "table2", "--task", "copy", "--arch", "gru_content", "gru_onestep",
                 "--seeds", "3", "--results", str(tmp_path)])
     assert capsys.readouterr().out.startswith(f"table2: 0 of 2 runs have records in {tmp_path}; 2 left")
+    with pytest.raises(SystemExit) as stopped:
+        sweep_main(["status", "table6", "--arch", "gru_monoattn", "gru_relative"])
+    assert stopped.value.code == 2
+    assert "--arch: table6 has no gru_relative; it has gru_content" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        sweep_main(["status", "table6", "--archs", "gru_monoattn", "gru_relative"])
-    assert "--archs: table6 has no gru_relative; it has gru_content" in capsys.readouterr().err
+        sweep_main(["status", "table6", "--task", "dedup"])
+    assert "--task: unknown task 'dedup'" in capsys.readouterr().err
 
 
 def write_accuracy_record(results, task, arch, seed, accuracy, splits):
@@ -501,7 +507,7 @@ def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(
     records: OneStep on Copy (the paper 100 everywhere) at 100 / 90 / 0 is "partial"; with seed 4
     at 100 the four-seed median is 95, "solved", yet seed 5 is still planned.  Content (the paper 0)
     at 0 agrees and gets no extra seed."""
-    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.cli.sweep import main as sweep_main
 
     def write(arch, seed, accuracy):
         write_accuracy_record(tmp_path, "copy", arch, seed, accuracy, ("test15", "test30", "test100"))
@@ -510,7 +516,7 @@ def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(
         write("gru_onestep", seed, accuracy)
     for seed in (1, 2, 3):
         write("gru_content", seed, 0.0)
-    common = ["--tasks", "copy", "--archs", "gru_content", "gru_onestep", "--results", str(tmp_path)]
+    common = ["--task", "copy", "--arch", "gru_content", "gru_onestep", "--results", str(tmp_path)]
     sweep_main(["status", "table2", *common, "--more-seeds-where-different", "4", "5"])
     out = capsys.readouterr().out
     assert out.startswith("1 cells disagree with the paper: adding seeds [4, 5]\n")
@@ -527,7 +533,7 @@ def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_p
     """On SCAN the tables judge a model by its mean against the paper's mean ± 2 std, and the extra
     seeds go where they say **no**: MonoAttn (the paper 14.98 ± 0.15) at 16.53 / 14.80 / 15.64, mean
     15.65, is 0.67 above and outside ±0.30; Content (17.61 ± 4.07) at 12 / 14 / 16 is inside."""
-    from fairseq_monoattn.cli import sweep_main
+    from fairseq_monoattn.cli.sweep import main as sweep_main
 
     def write(arch, seed, accuracy):
         write_accuracy_record(tmp_path, "scan", arch, seed, accuracy, ("test",))
@@ -536,7 +542,7 @@ def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_p
         write("gru_monoattn", seed, accuracy)
     for seed, accuracy in ((1, 12.0), (2, 14.0), (3, 16.0)):
         write("gru_content", seed, accuracy)
-    common = ["--archs", "gru_content", "gru_monoattn", "--results", str(tmp_path)]
+    common = ["--arch", "gru_content", "gru_monoattn", "--results", str(tmp_path)]
     sweep_main(["status", "table3-scan", *common, "--more-seeds-where-different", "4", "5"])
     out = capsys.readouterr().out
     assert out.startswith("1 cells disagree with the paper: adding seeds [4, 5]\n")
@@ -556,8 +562,8 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     embeddings of 128 in batches of 128, dropout 0.4."""
     from pathlib import Path
 
-    from fairseq_monoattn.cli import sweep_main
-    from fairseq_monoattn.experiments.paper import TABLES
+    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from fairseq_monoattn.catalog import TABLES
     from fairseq_monoattn.experiments.runs import prepared_data
     from fairseq_monoattn.experiments.sweeps import get_sweep
 
@@ -565,9 +571,9 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     assert list(sweep.cells) == [cell for cell in TABLES["table3-scan"] if cell[0] == "cfq"]
     assert sweep.seeds == (1, 2, 3) and {s.recipe for s in sweep.specs()} == {"paper-cfq"}
     work, results = tmp_path / "work", tmp_path / "results"
-    common = ["--work", str(work), "--results", str(results), "--archs", "gru_content", "--seeds", "1"]
-    with pytest.raises(SystemExit, match="cfq: cannot prepare .*cfq-data1-v2: cfq needs --data-dir"):
-        sweep_main(["run", "table3-cfq", *common])
+    common = ["--work", str(work), "--results", str(results), "--arch", "gru_content", "--seeds", "1"]
+    assert sweep_main(["run", "table3-cfq", *common]) == 1
+    assert re.search("cfq: cannot prepare .*cfq-data1-v2: cfq needs --data-dir", capsys.readouterr().err)
     assert not (work / "data" / "cfq-data1-v2").exists() and not (work / "runs").exists()
     with pytest.raises(SystemExit):
         sweep_main(["run", "table2", "--data-dir", str(tmp_path), *common[:4]])
@@ -591,7 +597,8 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     """A run that finishes after its sweep was stopped writes a record nobody commits; the next
     ``run --commit`` finds exactly the records of its own runs that git lacks or has changed, and
     commits each alone.  Other files (another sweep's record, a staged note) stay as they are."""
-    from fairseq_monoattn.cli import commit_record, sweep_main, uncommitted_records
+    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from fairseq_monoattn.experiments.git_records import commit_record, uncommitted_records
 
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
@@ -603,17 +610,21 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     results = tmp_path / "results"
     ours = [tiny_spec(seed=s) for s in (1, 2, 3)]
     other = tiny_spec(seed=1, task="reverse_copy")
+    def record(spec, **more):
+        return json.dumps({"task": spec.task, "arch": spec.arch, "variant": spec.variant, "seed": spec.seed,
+                           "splits": {}, **more})
+
     for spec in ours + [other]:
         spec.record_path(results).parent.mkdir(parents=True, exist_ok=True)
-        spec.record_path(results).write_text(json.dumps({"seed": spec.seed}))
+        spec.record_path(results).write_text(record(spec))
     git("add", str(ours[0].record_path(results)))
     git("commit", "-q", "-m", "first")
-    ours[1].record_path(results).write_text("{}")  # seed 2: untracked; and a tracked record changed:
-    ours[0].record_path(results).write_text(json.dumps({"seed": 1, "rescored": True}))
+    ours[1].record_path(results).write_text(record(ours[1], rescored=True))  # untracked; a tracked one changed:
+    ours[0].record_path(results).write_text(record(ours[0], rescored=True))
     (tmp_path / "note.txt").write_text("staged, not ours")
     git("add", "note.txt")
     assert uncommitted_records(ours, results) == ours  # seed 1 changed, 2 and 3 untracked
-    sweep_main(["status", "table2", "--tasks", "copy", "--archs", "gru_onestep", "--results", str(results)])
+    sweep_main(["status", "table2", "--task", "copy", "--arch", "gru_onestep", "--results", str(results)])
     assert "3 of these records are not committed" in capsys.readouterr().out
     assert uncommitted_records(ours, tmp_path / "elsewhere") == []
     for spec in uncommitted_records(ours, results):
@@ -626,18 +637,22 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     assert git("ls-files", "--others", "--", "results").strip() == str(other.record_path(results).relative_to(tmp_path))
 
 
-def test_comparison_puts_option_sets_side_by_side(tmp_path):
+def test_comparison_puts_variants_side_by_side(tmp_path):
+    from fairseq_monoattn.cli.common import parse_variant
+
     work, results = tmp_path / "work", tmp_path / "results"
-    option_sets = dict([compare.parse_option_set("a="), compare.parse_option_set("b=--linear-init xavier")])
+    option_sets = dict([parse_variant("a="), parse_variant("b=--linear-init xavier")])
     with_tiny_data(work, *compare.comparison_specs("copy", "gru_onestep", [1], option_sets, 1))
-    table = compare.compare("copy", "gru_onestep", [1], option_sets, 1, work, results, jobs=2, log=lambda line: None)
+    table, outcome = compare.compare("copy", "gru_onestep", [1], option_sets, 1, work, results, jobs=2,
+                                     log=lambda line: None)
+    assert set(outcome.values()) == {"ok"}
     records = {r["variant"]: r for r in load_records(results)}
     assert set(records) == {"a", "b"} and records["b"]["options"] == ["--linear-init", "xavier"]
     row = next(line for line in table.splitlines() if line.startswith("| 1 |"))
     for name in ("a", "b"):
         assert f"{records[name]['splits']['test9']['accuracy']:.4g}" in row
     with pytest.raises(ValueError, match="NAME=OPTIONS"):
-        compare.parse_option_set("--lr 1")
+        parse_variant("--lr 1")
 
 
 # --- tables from records ----------------------------------------------------------------------
@@ -698,7 +713,7 @@ def test_each_task_with_a_reading_direction_starts_its_output_at_that_end():
     """TASKS[task].reading is the data's own rule: a forward task's first output comes from the
     first input token, a reversed one's from the last (Lookup: the bits, first or before the '.')."""
     from fairseq_monoattn.data import digits, lookup
-    from fairseq_monoattn.data.tasks import TASKS
+    from fairseq_monoattn.catalog import TASKS
 
     x = list("3859016")
     for task, rule in digits.RULES.items():

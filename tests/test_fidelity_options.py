@@ -12,17 +12,13 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from fairseq_cli_helpers import USER_DIR, copy_examples
-from model_helpers import batch, build, digit_dictionary
+from model_helpers import batch, build, digit_dictionary, location_attention
 from fairseq_monoattn.data.writer import write_dataset
-from fairseq_monoattn.models.gru_seq2seq import GRUSeq2SeqConfig
 from fairseq_monoattn.modules import CrossAttention, LocationAttention
 from fairseq_monoattn.modules.positions import padding_mask
 
 D = digit_dictionary()
-
-
-def location(**options):
-    return LocationAttention(GRUSeq2SeqConfig(**options))
+location = location_attention
 
 
 # ------------------------------------------------------------------- location normalisation
@@ -44,9 +40,8 @@ def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
     (sigma = 0.27 / L): every exp(-z^2/2) is 0 in float32, so there is no context, and the next
     reference position is 0, the START position.  The same step from START in a 21-position
     source lands on its END."""
-    cfg = GRUSeq2SeqConfig(attention_scoring="none", location_attention=True, step_activation="relu",
-                           location_normalization="sum")
-    attention = CrossAttention(cfg, encoder_dim=6, query_dim=4, summary_dim=6)
+    attention = CrossAttention(encoder_dim=6, query_dim=4,
+                               location=location(step_activation="relu", location_normalization="sum"))
     lengths = torch.tensor([6, 21])
     memory = attention.prepare(torch.randn(2, 21, 6), None, lengths)
     with torch.no_grad():
@@ -60,8 +55,7 @@ def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
     (context.sum() + position.sum()).backward()
     assert torch.isfinite(hidden.grad).all()
     # the softmax normalisation never underflows: the focus sits on the last real position
-    cfg.location_normalization = "softmax"
-    soft = CrossAttention(cfg, encoder_dim=6, query_dim=4, summary_dim=6)
+    soft = CrossAttention(encoder_dim=6, query_dim=4, location=location(step_activation="relu"))
     soft.load_state_dict(attention.state_dict())
     _, weights, position = soft(hidden, soft.prepare(torch.randn(2, 21, 6), None, lengths), torch.tensor([1.0, 0.0]), 3)
     assert weights[0, 5].item() == pytest.approx(1.0) and position[0].item() == pytest.approx(1.0)
@@ -327,7 +321,7 @@ def test_the_step2_ablation_is_locattns_reference_with_its_clamp_and_joint_heads
     assert torch.allclose(mu, torch.full((2,), 1.0 + 0.01 * unclamped))
     for arch in ("gru_onestep", "gru_onestep_minus_step3", "gru_onestep_minus_sigmoid"):
         location = build(arch, D).decoder.attention.location
-        assert location.head_names == ("step", "width") and not location.clamp_center, arch
+        assert location.head_names == ("step", "width") and location.clamp_slope is None, arch
 
 
 def test_options_a_model_does_not_read_change_nothing_in_it():
@@ -335,7 +329,8 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
     option it lists builds the same parameters and the same outputs; and two options it does
     read (the step and mix temperatures) change the outputs, so the comparison can tell."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
-    from fairseq_monoattn.models.gru_seq2seq import CONFIG_FIELDS, config_defaults, fill_missing, unused_options
+    from fairseq_monoattn.models.gru_seq2seq import config_defaults, fill_missing
+    from fairseq_monoattn.models.options import option_fields, unused_options, valid_choices
     from fairseq_monoattn.models.presets import PRESETS
 
     sample = batch(D, [list("3141"), list("59265")], [list("3141"), list("59265")])
@@ -346,11 +341,11 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
             return model.state_dict(), model(**sample["net_input"])[0]
 
     def other_value(name, value):
-        kind = CONFIG_FIELDS[name].type
+        kind = option_fields()[name].type
         if kind is bool:
             return not value
-        if hasattr(kind, "__members__"):
-            return next(member.value for member in kind if member.value != value)
+        if valid_choices(name):
+            return next(choice for choice in valid_choices(name) if choice != value)
         return value * 2 + 0.5
 
     checked = 0

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from fairseq_monoattn.models.gru_seq2seq import GRUSeq2SeqConfig
+from model_helpers import location_attention
 from fairseq_monoattn.modules import (
     ContentScores, CrossAttention, DirectionGate, LocationAttention, RelativeScores, RotaryScores,
     leaky_clamp, softstair,
@@ -77,8 +77,9 @@ def test_direction_gate_reverses_exactly_the_real_positions():
 
 
 def _location(reference="previous", step_activation="sigmoid", clamp=False, **options):
-    return LocationAttention(GRUSeq2SeqConfig(reference=reference, step_activation=step_activation,
-                                              clamp_center=clamp, **options))
+    return location_attention(reference, step_activation, clamp_slope=0.01 if clamp else None, **options)
+
+
 
 
 def _heads(*columns):
@@ -125,10 +126,10 @@ def test_location_references_and_steps():
     mono = _location(step_activation="mono")
     rho = torch.tensor([-1.0, 0.0, 2.0])
     s = torch.sigmoid(torch.tensor(20.0))
-    assert mono.activate(rho).tolist() == pytest.approx(
+    assert mono.step(rho).tolist() == pytest.approx(
         (s * torch.relu(rho) + (1 - s) * torch.sigmoid(5 * rho)).tolist(), abs=1e-7)
-    assert _location(step_activation="relu").activate(rho).tolist() == [0.0, 0.0, 2.0]
-    assert _location(step_activation="none").activate(rho).tolist() == [-1.0, 0.0, 2.0]
+    assert _location(step_activation="relu").step(rho).tolist() == [0.0, 0.0, 2.0]
+    assert _location(step_activation="none").step(rho).tolist() == [-1.0, 0.0, 2.0]
     assert [_location(r).num_heads for r in ("previous", "initial-bias", "gated")] == [2, 3, 4]
 
 
@@ -140,9 +141,9 @@ def test_invalid_choices_name_the_option():
     with pytest.raises(ValueError, match="--location-normalization"):
         _location(location_normalization="max")
     with pytest.raises(ValueError, match="--attention-scoring"):
-        CrossAttention(GRUSeq2SeqConfig(attention_scoring="none"), 4, 4, 4)
+        CrossAttention(4, 4)
     with pytest.raises(ValueError, match="--linear-init"):
-        CrossAttention(GRUSeq2SeqConfig(linear_init="he"), 4, 4, 4)
+        CrossAttention(4, 4, location=_location(), linear_init="he")
 
 
 def test_relative_scores_equal_transformer_xl_formula():
@@ -168,9 +169,8 @@ def test_relative_scores_equal_transformer_xl_formula():
 
 def test_pr_tracks_the_location_only_focus():
     torch.manual_seed(0)
-    options = dict(attention_scoring="content", location_attention=True)
-    mixed = CrossAttention(GRUSeq2SeqConfig(position_reference="mixed", **options), 6, 4, 6)
-    pr = CrossAttention(GRUSeq2SeqConfig(position_reference="location", **options), 6, 4, 6)
+    mixed = CrossAttention(6, 4, scorer=ContentScores, location=_location(), position_reference="mixed")
+    pr = CrossAttention(6, 4, scorer=ContentScores, location=_location(), position_reference="location")
     pr.load_state_dict(mixed.state_dict())
     location = mixed.location
     e, lengths = torch.randn(2, 7, 6), torch.tensor([7, 4])

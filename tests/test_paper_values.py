@@ -1,9 +1,9 @@
-"""The paper's numbers (fairseq_monoattn.experiments.paper): spot checks re-read from the paper's
+"""The paper's numbers (fairseq_monoattn.catalog): spot checks re-read from the paper's
 tables by hand, the plugin's names, and the helpers. Does not read the paper itself."""
 import pytest
 
-from fairseq_monoattn.experiments import paper
-from fairseq_monoattn.experiments.paper import (
+from fairseq_monoattn import catalog as paper
+from fairseq_monoattn.catalog import (
     ACCURACY, EDIT_DISTANCE, TABLES, paper_cell, paper_value, verdict)
 
 ARCHS = {

@@ -12,13 +12,12 @@ import pytest
 from fairseq_monoattn.data.common import DataError
 from fairseq_monoattn.data.prepare import prepare
 from fairseq_monoattn.data.scan import DEFAULT_DATA_DIR as SCAN_FILES
-from fairseq_monoattn.data.tasks import TASKS
+from fairseq_monoattn.catalog import TASKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "preprocess" / "prepare.py"
-ALL_TASKS = ["copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
-             "inv_reverse_recopy", "dedupe", "posretrieve", "lookup", "reverse_lookup",
-             "scan", "cfq"]
+ALL_TASKS = ["copy", "reverse_copy", "lookup", "reverse_lookup", "recopy", "reverse_recopy", "inv_recopy",
+             "inv_reverse_recopy", "dedupe", "posretrieve", "scan", "cfq"]
 
 
 INSTALLED = Path(sys.executable).parent / "fairseq-monoattn-prepare"

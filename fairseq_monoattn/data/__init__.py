@@ -3,7 +3,7 @@
 ``fairseq-monoattn-prepare TASK --out DIR`` (or ``python preprocess/prepare.py``) writes
 ``DIR/raw/``, the fairseq-binarized ``DIR/bin/`` and ``DIR/manifest.json`` for one task (see
 ``docs/data.md``).  Task definitions live in ``digits.py``, ``lookup.py``, ``scan.py`` and
-``cfq.py``; the registry is ``tasks.py``; the single writer shared by every task is
+``cfq.py``; the tasks are listed in ``fairseq_monoattn/catalog.py``; the single writer shared by every task is
 ``writer.py``; the data files shipped with the package (SCAN, the paper's lookup tables, with
 their licences) are under ``files/``.
 """

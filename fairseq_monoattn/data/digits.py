@@ -141,11 +141,15 @@ def generate_split(task: str, seed: int, plan: SplitPlan,
     return examples
 
 
-def build_digit_task(task: str, seed: int) -> Splits:
-    """All splits of one digit task; evaluation splits never repeat a train source."""
+def build_digit_task(task: str, seed: int, test_lengths: Sequence[int] = (), test_size: int = 500) -> Splits:
+    """All splits of one digit task, and ``testN`` of ``test_size`` examples for each N of
+    ``test_lengths`` that is not a split already; evaluation splits never repeat a train source.
+    Every split is drawn from a generator of its own name, so extra lengths change no other split."""
     splits: Splits = {}
     train_sources: FrozenSet[str] = frozenset()
-    for plan in SPLIT_PLANS:
+    names = {plan.name for plan in SPLIT_PLANS}
+    extra = [SplitPlan(f"test{n}", test_size, n, n) for n in dict.fromkeys(test_lengths) if f"test{n}" not in names]
+    for plan in (*SPLIT_PLANS, *extra):
         splits[plan.name] = generate_split(task, seed, plan, train_sources)
         if plan.name == "train":
             train_sources = frozenset(ex.source for ex in splits["train"])
@@ -153,10 +157,11 @@ def build_digit_task(task: str, seed: int) -> Splits:
 
 
 def builder_for(task: str) -> TaskBuilder:
-    def build(seed: int, data_dir: Optional[Path] = None) -> Splits:
+    def build(seed: int, data_dir: Optional[Path] = None, test_lengths: Sequence[int] = (),
+              test_size: int = 500) -> Splits:
         if data_dir is not None:
             raise DataError(f"task {task} is generated and reads no files; drop --data-dir")
-        return build_digit_task(task, seed)
+        return build_digit_task(task, seed, test_lengths, test_size)
 
     build.__name__ = f"build_{task}"
     return build

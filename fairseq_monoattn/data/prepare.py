@@ -1,31 +1,38 @@
-"""Prepare one task's data: raw text, fairseq binaries and a manifest.
-
-    python preprocess/prepare.py TASK --out DIR [--seed N] [--data-dir PATH] [--force]
-    fairseq-monoattn-prepare TASK --out DIR ...
+"""Prepare one task's data: raw text, fairseq binaries and a manifest (the command is
+``fairseq-monoattn-prepare``, ``cli/prepare.py``).
 
 The default seed is 1 for every task.  Same task, seed and input data -> byte-identical
-files.  An existing non-empty DIR is left alone unless --force is given.
-Exit codes: 0 success, 2 bad input or options (message on stderr).
+files.  An existing non-empty output folder is left alone unless ``force``.
 """
-import argparse
-import logging
-import sys
 from pathlib import Path
+from typing import Optional, Sequence
 
+from ..catalog import DEFAULT_DATA_SEED as DEFAULT_SEED, TASKS
 from .common import DataError
-from .tasks import DEFAULT_SEED, TASKS
 from .writer import check_out_folder, write_dataset
 
 
-def prepare(task: str, out, seed=None, data_dir=None, force: bool = False, joined_dictionary: bool = False) -> dict:
-    """Build `task` and write it to `out`; return the manifest.  Raises DataError."""
+def prepare(task: str, out, seed: Optional[int] = None, data_dir=None, force: bool = False,
+            joined_dictionary: bool = False, test_lengths: Sequence[int] = (), test_size: int = 500) -> dict:
+    """Build ``task`` and write it to ``out``; return the manifest.  ``test_lengths``: extra test
+    splits ``testN`` of ``test_size`` examples of exactly N (the generated tasks only).  Raises
+    DataError."""
     if task not in TASKS:
         raise DataError(f"unknown task {task!r}; valid tasks: {', '.join(TASKS)}")
+    facts = TASKS[task]
+    if test_lengths and not facts.any_test_length:
+        raise DataError(f"--test-lengths: {task} reads its test splits from files; only the generated tasks "
+                        f"({', '.join(name for name, t in TASKS.items() if t.any_test_length)}) take it")
+    bad = [n for n in test_lengths if n < 1]
+    if bad or test_size < 1:
+        raise DataError(f"--test-lengths and --test-size must be positive, got {bad or test_size}")
     seed = DEFAULT_SEED if seed is None else int(seed)
     out = Path(out)
     check_out_folder(out, force)  # fail before any (possibly long) work
-    builder = TASKS[task].load()
-    splits = builder(seed, Path(data_dir) if data_dir is not None else None)
+    builder = facts.load_builder()
+    data = Path(data_dir) if data_dir is not None else None
+    splits = builder(seed, data, test_lengths=tuple(test_lengths), test_size=test_size) if test_lengths \
+        else builder(seed, data)
     return write_dataset(splits, out, task, seed, force=force, joined_dictionary=joined_dictionary)
 
 
@@ -38,40 +45,3 @@ def summary(manifest: dict, out) -> str:
         rows.append(f"{split:<10} {stats['size']:>7} {lengths:>9} "
                     f"{stats['max_source_tokens']:>8} {stats['max_target_tokens']:>8}")
     return "\n".join(rows)
-
-
-def parse_args(argv):
-    task_lines = "\n".join(f"  {name:<19} {task.description}" for name, task in TASKS.items())
-    parser = argparse.ArgumentParser(
-        description="Write DIR/raw/, the fairseq-binarized DIR/bin/ and DIR/manifest.json "
-                    "for one task.",
-        epilog="tasks:\n" + task_lines,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("task", metavar="TASK", help="one of the tasks listed below")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    parser.add_argument("--seed", type=int, default=None,
-                        help=f"random seed (default {DEFAULT_SEED} for every task)")
-    parser.add_argument("--data-dir", default=None, metavar="PATH",
-                        help="input data for file-based tasks (default: the task's own)")
-    parser.add_argument("--joined-dictionary", action="store_true",
-                        help="one dictionary for source and target (for --share-all-embeddings)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace an existing non-empty DIR (after the new data is written)")
-    return parser.parse_args(argv)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    # fairseq configures INFO logging on import (and says tensorboardX is missing): keep quiet
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    try:
-        manifest = prepare(args.task, args.out, args.seed, args.data_dir, args.force, args.joined_dictionary)
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(summary(manifest, args.out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,46 +1,36 @@
-"""Train one preset under two (or more) option sets with the same data, seeds and budget, and
-put the per-seed test accuracies side by side.
+"""Train one preset under two (or more) variants (named sets of extra fairseq-train options)
+with the same data, seeds and budget, and put the per-seed test accuracies side by side.
 
-    fairseq-monoattn-compare inv_recopy --arch gru_monoattn --seeds 1 2 3 4 5 --max-epoch 25 \\
-        --option-set before="--embedding-init scaled-normal" --option-set after="" --jobs 2
+    fairseq-monoattn-compare inv_recopy --arch gru_monoattn --seeds 1 2 3 4 5 \\
+        --variant before="--embedding-init scaled-normal" --variant after="" --jobs 2
 
-Each option set is a variant of the runs (see runs.py): its records land in
-RESULTS/TASK/ARCH/VARIANT/seedN.json, so a comparison resumes where it stopped and its numbers
-can be re-tabled later without training again.
+A variant's records land in RESULTS/TASK/ARCH/VARIANT/seedN.json, so a comparison resumes where
+it stopped and its numbers can be re-tabled later without training again.
 """
-import shlex
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..catalog import TASKS
 from .aggregate import split_label, split_order
 from .launch import run_local
-from .runs import RunSpec, load_records
+from .runs import RunSpec, read_records
 
 
-PAPER_LENGTHS = ("test15", "test30", "test100")
-
-
-def parse_option_set(text: str) -> Tuple[str, Tuple[str, ...]]:
-    """'NAME=--opt value --opt2 value' -> (NAME, options)."""
-    name, sep, options = text.partition("=")
-    name = name.strip()
-    if not sep or not name or "/" in name:
-        raise ValueError(f"--option-set takes NAME=OPTIONS (a name without '/'), got {text!r}")
-    return name, tuple(shlex.split(options))
-
-
-def comparison_specs(task: str, arch: str, seeds: Sequence[int], option_sets: Dict[str, Tuple[str, ...]],
-                     max_epoch: int, data_seed: int = 1, stop_after_perfect: int = 0) -> List[RunSpec]:
+def comparison_specs(task: str, arch: str, seeds: Sequence[int], variants: Dict[str, Tuple[str, ...]],
+                     max_epoch: int, data_seed: int = 1, stop_after_perfect: int = 0,
+                     user_dir: Optional[str] = None) -> List[RunSpec]:
     return [RunSpec(task=task, arch=arch, seed=seed, data_seed=data_seed, variant=name, options=options,
-                    max_epoch=max_epoch, stop_after_perfect=stop_after_perfect)
-            for seed in seeds for name, options in option_sets.items()]
+                    max_epoch=max_epoch, stop_after_perfect=stop_after_perfect, user_dir=user_dir)
+            for seed in seeds for name, options in variants.items()]
 
 
 def table_splits(records: List[dict]) -> List[str]:
     """The paper's lengths where the records have them, else every test split but the i.i.d. one."""
     present = sorted({s for r in records for s in r["splits"] if s.startswith("test")}, key=split_order)
-    return [s for s in PAPER_LENGTHS if s in present] or [s for s in present if s != "test_iid"] or present
+    tasks = {r["task"] for r in records}
+    lengths = TASKS[tasks.pop()].length_splits if len(tasks) == 1 and next(iter(tasks), None) in TASKS else ()
+    return [s for s in lengths if s in present] or [s for s in present if s != "test_iid"] or present
 
 
 def accuracy_cell(record: Optional[dict], splits: Sequence[str]) -> str:
@@ -54,7 +44,7 @@ def accuracy_cell(record: Optional[dict], splits: Sequence[str]) -> str:
 
 def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[str],
                      seeds: Optional[Sequence[int]] = None, splits: Optional[Sequence[str]] = None) -> str:
-    """Markdown: one row per seed, one column per option set (accuracy at each split; the mean
+    """Markdown: one row per seed, one column per variant (accuracy at each split; the mean
     direction gate g on the first split), then the median over seeds and the count of seeds
     reaching >= 95 at every split."""
     mine = {(r["variant"], r["seed"]): r for r in records if r["task"] == task and r["arch"] == arch}
@@ -78,11 +68,11 @@ def comparison_table(records: List[dict], task: str, arch: str, names: Sequence[
 
 def variant_summary(records: List[dict], task: str, arch: str, names: Sequence[str],
                     seeds: Optional[Sequence[int]] = None, splits: Optional[Sequence[str]] = None) -> str:
-    """Markdown, one row per option set: seeds run, seeds whose direction gate reads forward
+    """Markdown, one row per variant: seeds run, seeds whose direction gate reads forward
     (mean g > 0.5 on the first split), median greedy valid accuracy after the first epoch (how
     fast it learns), median test accuracy at each split, seeds reaching >= 95 at every split."""
     splits = splits or table_splits([r for r in records if r["task"] == task and r["arch"] == arch])
-    lines = ["| option set | seeds | forward (g > 0.5) | valid after epoch 1 | "
+    lines = ["| variant | seeds | forward (g > 0.5) | valid after epoch 1 | "
              + " / ".join(split_label(s) for s in splits) + " | >= 95 at every length |",
              "| --- | ---: | ---: | ---: | --- | ---: |"]
     for name in names:
@@ -100,11 +90,14 @@ def variant_summary(records: List[dict], task: str, arch: str, names: Sequence[s
     return "\n".join(lines)
 
 
-def compare(task: str, arch: str, seeds: Sequence[int], option_sets: Dict[str, Tuple[str, ...]], max_epoch: int,
+def compare(task: str, arch: str, seeds: Sequence[int], variants: Dict[str, Tuple[str, ...]], max_epoch: int,
             work: Path, results: Path, jobs: int = 1, data_seed: int = 1, stop_after_perfect: int = 0,
-            log=print) -> str:
-    specs = comparison_specs(task, arch, seeds, option_sets, max_epoch, data_seed, stop_after_perfect)
-    run_local(specs, work, results, jobs=jobs, log=log)
-    records = load_records(results)
-    return (comparison_table(records, task, arch, list(option_sets), seeds) + "\n\n"
-            + variant_summary(records, task, arch, list(option_sets), seeds))
+            user_dir: Optional[str] = None, log=print) -> Tuple[str, Dict[str, str]]:
+    """Run what is missing; (the side-by-side table and the per-variant summary, the outcome of
+    each run)."""
+    specs = comparison_specs(task, arch, seeds, variants, max_epoch, data_seed, stop_after_perfect, user_dir)
+    outcome = run_local(specs, work, results, jobs=jobs, log=log)
+    records, _ = read_records(results)
+    mine = [r for r in records if r["task"] == task and r["arch"] == arch and r["variant"] in variants]
+    return (comparison_table(mine, task, arch, list(variants), seeds) + "\n\n"
+            + variant_summary(mine, task, arch, list(variants), seeds)), outcome

@@ -23,7 +23,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .runs import BUSY_EXIT, PLUGIN_DIR, RunBusy, RunSpec, run, run_seconds, spec_from_dict
+from .processes import die_with_parent
+from .runs import BUSY_EXIT, PLUGIN_DIR, RunBusy, RunSpec, read_record, run, run_seconds, spec_from_dict
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -94,7 +95,7 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
     for spec in specs:  # a run with a record is done, and its recorded time feeds the estimate
         path = spec.record_path(results)
         if path.exists():
-            past.append(run_seconds(json.loads(path.read_text())))
+            past.append(run_seconds(read_record(path)))  # RecordError names a damaged record
         else:
             pending.append(spec)
     progress = Progress(len(specs), len(past), log, past=past)
@@ -124,14 +125,14 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
             with open(log_dir / "worker.log", "a") as out:
                 # `python -m` searches its working folder first: start it next to this very
                 # package, so the worker runs the launcher's code whatever folder we were started in
-                code = subprocess.run(command, env=env, cwd=PLUGIN_DIR.parent, stdout=out,
-                                      stderr=subprocess.STDOUT).returncode
+                code = subprocess.Popen(command, env=env, cwd=PLUGIN_DIR.parent, stdout=out,
+                                        stderr=subprocess.STDOUT, preexec_fn=die_with_parent()).wait()
             ok = code == 0 and spec.record_path(results).exists()
             elsewhere = not ok and code == BUSY_EXIT
             if ok:
                 result = "ok"
             elif elsewhere:
-                result = f"skipped: another process is training it (see {log_dir / 'worker.log'})"
+                result = f"{SKIPPED}: another process is training it (see {log_dir / 'worker.log'})"
             else:
                 result = f"failed (exit {code}); see {log_dir / 'worker.log'}"
         finally:
@@ -149,6 +150,21 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
         for future in as_completed(futures):
             outcome[futures[future].key] = future.result()
     return outcome
+
+
+SKIPPED = "skipped"
+
+
+def summarize_outcome(outcome: Dict[str, str], log: Callable[[str], None] = print) -> int:
+    """Report the runs that failed or were skipped; the exit status: 1 if any failed, else 0 (a
+    run skipped because another process is training it is not a failure)."""
+    failed = {key: result for key, result in outcome.items() if result != "ok" and not result.startswith(SKIPPED)}
+    for key, result in outcome.items():
+        if result.startswith(SKIPPED):
+            log(f"skipped {key}: {result[len(SKIPPED) + 2:]}")
+    for key, result in failed.items():
+        log(f"FAILED {key}: {result}")
+    return 1 if failed else 0
 
 
 def run_submitit(specs: Sequence[RunSpec], work: Path, results: Path, folder: Path, executor=None,

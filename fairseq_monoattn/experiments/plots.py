@@ -1,17 +1,16 @@
 """Accuracy against test length, one picture per task: one line per model (the median over
 seeds), the range of the seeds shaded, the paper's training lengths marked.
 
-    fairseq-monoattn-plot-lengths results/paper --out docs/figures
+    fairseq-monoattn-aggregate --results results/paper --plots docs/figures
 """
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from .aggregate import TASK_TITLES, collect
+from ..catalog import TASKS, title
+from .aggregate import collect
 from .runs import DEFAULT_VARIANT
 from ..attention_plots import pyplot
-
-TRAIN_LENGTHS = (5, 10)
 
 
 def length_of(split: str):
@@ -49,7 +48,9 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFA
         lengths, median, low, high, _ = zip(*lines[arch])
         (line,) = axis.plot(lengths, median, marker="o", markersize=3, label=arch.replace("gru_", ""))
         axis.fill_between(lengths, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-    axis.axvspan(*TRAIN_LENGTHS, color="grey", alpha=0.1, label="training lengths")
+    train_lengths = TASKS[task].train_lengths if task in TASKS else None
+    if train_lengths:
+        axis.axvspan(*train_lengths, color="grey", alpha=0.1, label="training lengths")
     axis.set_xscale("log")
     all_lengths = sorted({p[0] for points in lines.values() for p in points})
     axis.set_xticks(all_lengths)
@@ -58,7 +59,7 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFA
     axis.set_xlabel("test length")
     axis.set_ylabel("exact match % (median over seeds)")
     seeds = max(p[4] for points in lines.values() for p in points)
-    axis.set_title(f"{TASK_TITLES.get(task, task)}: accuracy against length (up to {seeds} seeds, range shaded)")
+    axis.set_title(f"{title(task)}: accuracy against length (up to {seeds} seeds, range shaded)")
     axis.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"length_{task}.png"

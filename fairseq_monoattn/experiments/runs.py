@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ..recipes import recipe_options
+from ..recipes import TASK_DEFAULTS, recipe_options
 from ..scoring import score, write_json_atomic
 
 RECORD_VERSION = 1
@@ -41,6 +41,10 @@ PLUGIN_DIR = Path(__file__).resolve().parents[1]  # the fairseq_monoattn package
 
 class RunError(RuntimeError):
     """A run that cannot go on (failed training, a folder started with other options)."""
+
+
+class RecordError(RunError):
+    """A record (or another JSON file of a run) that cannot be read; the message names it."""
 
 
 class RunBusy(RunError):
@@ -61,6 +65,7 @@ class RunSpec:
     max_epoch: int = 100
     stop_after_perfect: int = 0  # stop once greedy valid accuracy has been 100 for this many epochs
     recipe: str = "paper"
+    user_dir: Optional[str] = None  # a user's package passed to fairseq-train as --user-dir (else the plugin)
 
     @property
     def key(self) -> str:
@@ -128,7 +133,7 @@ def test_splits(data: Path) -> List[str]:
 def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
     recipe = recipe_options(spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect)
     return [str(Path(sys.executable).parent / "fairseq-train"), str(data / "bin"),
-            "--user-dir", str(PLUGIN_DIR), "--arch", spec.arch, *recipe, "--seed", str(spec.seed),
+            "--user-dir", str(spec.user_dir or PLUGIN_DIR), "--arch", spec.arch, *recipe, "--seed", str(spec.seed),
             "--save-dir", str(run_dir / "checkpoints"), "--no-epoch-checkpoints",
             "--log-format", "json", "--log-file", str(run_dir / "train.log"), *spec.options]
 
@@ -193,7 +198,7 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
 
 
 def existing_record(spec: RunSpec, record_path: Path) -> dict:
-    record = json.loads(record_path.read_text())
+    record = read_record(record_path)
     check_record_matches(record, spec, record_path)
     return record
 
@@ -251,8 +256,10 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
     trajectory with another thread count, and a record must say which it had."""
     timing["threads"] = sorted(set(timing.get("threads", [])) | {training_threads()})
     base, start = timing["training_seconds"], time.time()
+    from .processes import die_with_parent
+
     process = subprocess.Popen(command, env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=out,
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
     while True:
         try:
             code = process.wait(timeout=TIMING_INTERVAL)
@@ -267,7 +274,7 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
 def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
     """A record stands for its spec only: another variant under the same name is an error."""
     wanted = {"options": list(spec.options), "data_seed": spec.data_seed, "max_epoch": spec.max_epoch,
-              "stop_after_perfect": spec.stop_after_perfect, "recipe": spec.recipe}
+              "stop_after_perfect": spec.stop_after_perfect, "recipe": spec.recipe, "user_dir": spec.user_dir}
     found = {key: record.get(key) for key in wanted}
     if found != wanted:
         raise RunError(f"{path} records another run ({found}), not {wanted}; give this variant another name")
@@ -289,9 +296,9 @@ def model_differences(trained: dict, planned: dict) -> Dict[str, tuple]:
     """{option: (trained value, planned value)} over the options either model reads.  An option
     the trained config lacks (it predates the option) counts as its base default, since every
     option was added with the old behaviour as its default."""
-    from ..models.gru_seq2seq import config_defaults, unused_options
+    from ..models.options import option_defaults, unused_options
 
-    trained = {**config_defaults(), **trained}
+    trained = {**option_defaults(), **trained}
     no_op = unused_options(trained) & unused_options(planned)  # e.g. the mix temperature of OneStep
     return {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned) - no_op)
             if trained[key] != planned[key]}
@@ -367,8 +374,40 @@ def trained_model_config(checkpoint: Path) -> dict:
 
 
 def planned_model_config(command: List[str]) -> dict:
-    """What :func:`trained_model_config` will say of the model a fairseq-train command builds
-    (read by fairseq's own parser, so the preset's values and the defaults of the day count)."""
+    """What :func:`trained_model_config` will say of the model a fairseq-train command builds:
+    the preset's values and the command's model options over the defaults of the day, and the
+    task options that change training.  Read without fairseq for the plugin's own presets (the
+    same values fairseq's parser gives, see :func:`parsed_model_config`); a user's preset is
+    read by fairseq's parser after importing the command's --user-dir."""
+    from ..models.options import explicit_options, resolved_options
+    from ..models.presets import PRESETS
+
+    arch = _value_of(command, "--arch")
+    user_dir = _value_of(command, "--user-dir")
+    if arch not in PRESETS and arch != "gru_seq2seq" or user_dir not in (None, str(PLUGIN_DIR)):
+        return parsed_model_config(command)
+    model = resolved_options({**PRESETS.get(arch, {}), **explicit_options(command)})
+    model = {key: value for key, value in model.items() if not key.startswith("max_")}
+    task = dict(TASK_DEFAULTS)
+    for option, value in (("--train-batches", _value_of(command, "--train-batches")),
+                          ("--stop-after-perfect", _value_of(command, "--stop-after-perfect"))):
+        if value is not None:
+            task[option[2:].replace("-", "_")] = int(value) if option == "--stop-after-perfect" else value
+    return {"_name": arch, **model, "task": task}
+
+
+def _value_of(command: List[str], option: str) -> Optional[str]:
+    """The last value given to ``option`` in an argument list (fairseq's parser keeps the last)."""
+    values = [command[i + 1] for i, word in enumerate(command[:-1]) if word == option]
+    return values[-1] if values else None
+
+
+def parsed_model_config(command: List[str]) -> dict:
+    """:func:`planned_model_config` as fairseq's own parser reads the command (imports fairseq,
+    and the command's --user-dir)."""
+    import fairseq_monoattn
+
+    fairseq_monoattn.register()
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
@@ -409,9 +448,52 @@ def run_seconds(record: dict) -> float:
     return record.get("training_seconds", 0.0) + record.get("scoring_seconds", 0.0)
 
 
+# the keys every record has, and their types (the others are read with defaults)
+RECORD_KEYS = {"task": str, "arch": str, "variant": str, "seed": int, "splits": dict}
+
+
+def read_record(path: Path) -> dict:
+    """One record, checked: RecordError names the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except OSError as error:
+        raise RecordError(f"{path}: cannot read it: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RecordError(f"{path}: not a JSON record ({error}); a run killed while writing it, or an edit: "
+                          f"move it away and run the cell again") from None
+    if not isinstance(record, dict):
+        raise RecordError(f"{path}: not a JSON object")
+    for key, kind in RECORD_KEYS.items():
+        if not isinstance(record.get(key), kind):
+            raise RecordError(f"{path}: {'no' if key not in record else 'a malformed'} {key!r} "
+                              f"(expected {kind.__name__})")
+    for split, scores in record["splits"].items():
+        if not isinstance(scores, dict) or not isinstance(scores.get("accuracy"), (int, float)):
+            raise RecordError(f"{path}: split {split!r} has no accuracy")
+    return record
+
+
+def read_records(results: Path) -> Tuple[List[dict], List[str]]:
+    """(every readable record under a results folder, in a stable order; a message naming each
+    file that could not be read)."""
+    records, problems = [], []
+    for path in sorted(Path(results).glob("*/*/*/seed*.json")):
+        try:
+            records.append(read_record(path))
+        except RecordError as error:
+            problems.append(str(error))
+    return records, problems
+
+
 def load_records(results: Path) -> List[dict]:
-    """Every record under a results folder (in a stable order)."""
-    return [json.loads(path.read_text()) for path in sorted(Path(results).glob("*/*/*/seed*.json"))]
+    """Every record under a results folder (in a stable order); RecordError on the first file that
+    cannot be read (:func:`read_records` reports them all and keeps the rest)."""
+    records, problems = read_records(results)
+    if problems:
+        raise RecordError(problems[0] + (f" (and {len(problems) - 1} more unreadable records)"
+                                         if len(problems) > 1 else ""))
+    return records
 
 
 __all__ = ["RunSpec", "RunError", "run", "load_records", "outdated_records"]

@@ -12,17 +12,14 @@ Table 2 rows) share its runs.  The budget is the same for every paper sweep: at 
 improvement; a CPU-sized budget, stated next to every table).
 """
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .runs import RunSpec
+from ..catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, TASKS
+from .runs import RunError, RunSpec, read_records, run_seconds
 
 MAX_EPOCH = 25
 STOP_AFTER_PERFECT = 3
-
-DIGIT_TASKS = ("copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy", "inv_reverse_recopy")
-LOOKUP_TASKS = ("lookup", "reverse_lookup")
-EXTRA_TASKS = ("dedupe", "posretrieve")  # the paper's appendix tasks (its Table 6)
-PROBING_TASKS = DIGIT_TASKS[:2] + LOOKUP_TASKS + DIGIT_TASKS[2:] + EXTRA_TASKS
 
 # the models of the paper's main tables, and the extra ones users ask for most
 MAIN_MODELS = ("gru_content", "gru_relative", "gru_birelative", "gru_locattn", "gru_onestep", "gru_monoattn",
@@ -48,12 +45,13 @@ class Sweep:
     data_seed: int = 1
     recipe: str = "paper"
     extra_seeds: Dict[Tuple[str, str], Tuple[int, ...]] = field(default_factory=dict)
+    user_dir: Optional[str] = None
 
     def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
         """This sweep restricted to the cells of ``tasks`` and ``archs`` (None: all of them), in its
         own order; a name the sweep does not have is an error naming it and the ones it has."""
-        for option, asked, known in (("--tasks", tasks, [t for t, _ in self.cells]),
-                                     ("--archs", archs, [a for _, a in self.cells])):
+        for option, asked, known in (("--task", tasks, [t for t, _ in self.cells]),
+                                     ("--arch", archs, [a for _, a in self.cells])):
             unknown = [name for name in asked or () if name not in known]
             if unknown:
                 raise ValueError(f"{option}: {self.name} has no {', '.join(unknown)}; "
@@ -67,7 +65,7 @@ class Sweep:
         stops early still covers every cell."""
         seeds = sorted(set(self.seeds).union(*self.extra_seeds.values()) if self.extra_seeds else self.seeds)
         return [RunSpec(task=task, arch=arch, seed=seed, data_seed=self.data_seed, max_epoch=self.max_epoch,
-                        stop_after_perfect=self.stop_after_perfect, recipe=self.recipe)
+                        stop_after_perfect=self.stop_after_perfect, recipe=self.recipe, user_dir=self.user_dir)
                 for seed in seeds for task, arch in self.cells
                 if seed in self.seeds or seed in self.extra_seeds.get((task, arch), ())]
 
@@ -91,8 +89,8 @@ register(Sweep("table3-scan", "SCAN length split x the models of the paper's SCA
 register(Sweep("table3-cfq", "CFQ length split x the models of the paper's CFQ column (needs --data-dir: the "
                                  "CFQ 1.1 release)", grid(("cfq",), CFQ_MODELS), recipe="paper-cfq"))
 register(Sweep("table5", "the OneStep ablations on the 8 probing tasks of the paper's ablation table",
-               grid(PROBING_TASKS[:8], ("gru_onestep",) + ABLATIONS)))
-register(Sweep("table6", "DeDupe and PosRetrieve (the paper's appendix table)", grid(EXTRA_TASKS, TABLE6_MODELS)))
+               grid(TABLE2_TASKS, ("gru_onestep",) + ABLATIONS)))
+register(Sweep("table6", "DeDupe and PosRetrieve (the paper's appendix table)", grid(TABLE6_TASKS, TABLE6_MODELS)))
 register(Sweep("smoke", "two tiny runs to check an installation (minutes)",
                grid(("copy", "reverse_copy"), ("gru_onestep",)), seeds=(1,), max_epoch=1, stop_after_perfect=0))
 
@@ -101,3 +99,68 @@ def get_sweep(name: str) -> Sweep:
     if name not in SWEEPS:
         raise KeyError(f"unknown sweep {name!r}; known: {', '.join(SWEEPS)}")
     return SWEEPS[name]
+
+
+def with_more_seeds(sweep: Sweep, records: Sequence[dict], seeds: Sequence[int]) -> Tuple[Sweep, int]:
+    """``sweep`` with ``seeds`` added to every cell whose records over the sweep's own seeds
+    disagree with the paper (a median with another verdict at some length, or for SCAN and CFQ a
+    mean outside the paper's mean ± 2 std); and how many cells that is.  The verdict of the sweep's
+    own seeds decides, so that a cell whose first extra seed tips its median still gets them all."""
+    from . import aggregate
+
+    cells = aggregate.collect([r for r in records if r["seed"] in sweep.seeds])
+    different = {key: tuple(seeds) for key, cell in cells.items() if key in sweep.cells and aggregate.disagrees(cell)}
+    return replace(sweep, extra_seeds=different), len(different)
+
+
+def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
+    """What is done and left of a sweep: records present, runs left and their CPU-hours (from the
+    sweep's own records, or before it has any, every record of its cells), records not committed,
+    records whose model is no longer the one their command builds."""
+    from .git_records import uncommitted_records
+    from .runs import describe_differences, outdated_records
+
+    specs = sweep.specs()
+    by_path = {str(Path(results) / r["task"] / r["arch"] / r["variant"] / f"seed{r['seed']}.json"): r
+               for r in records}
+    done = [s for s in specs if str(s.record_path(results)) in by_path]
+    done_records = [by_path[str(s.record_path(results))] for s in done]
+    timed = done_records or [r for r in records if (r["task"], r["arch"]) in sweep.cells]
+    hours = sum(map(run_seconds, timed)) / max(1, len(timed)) / 3600
+    left = len(specs) - len(done)
+    lines = [f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {results}; {left} left"
+             + (f", about {hours * left:.1f} CPU-hours at {hours * 60:.1f} min a run" if timed else "")]
+    left_out = uncommitted_records(done, results)
+    if left_out:
+        lines.append(f"{len(left_out)} of these records are not committed ({left_out[0].record_path(results)}"
+                     f"{', ...' if len(left_out) > 1 else ''}); `fairseq-monoattn-sweep run` with this sweep and "
+                     f"`--commit` commits them before it runs anything")
+    for record, changed in outdated_records(done_records):
+        path = Path(results) / record["task"] / record["arch"] / record["variant"] / f"seed{record['seed']}.json"
+        lines.append(f"outdated: {path} ({describe_differences(changed, 'there')}); "
+                     f"fairseq-monoattn-aggregate refuses it")
+    return lines
+
+
+def prepare_source_data(sweep_name: str, pending: Sequence[RunSpec], work: Path, data_dir: Optional[Path],
+                        log: Callable[[str], None]) -> None:
+    """Prepare, before any run, the data of the pending runs' tasks whose source is not in the
+    repository (CFQ), from ``data_dir``; RunError names what is missing.  ``data_dir`` given when
+    no pending run reads it is an error too."""
+    from .runs import prepared_data
+
+    readers = [name for name, task in TASKS.items() if task.needs_data_dir]
+    if data_dir is not None and not any(s.task in readers for s in pending):
+        raise ValueError(f"--data-dir: no run of {sweep_name} left to run reads it (only {', '.join(readers)} do)")
+    for task in dict.fromkeys(s.task for s in pending if s.task in readers):
+        spec = next(s for s in pending if s.task == task)
+        before = (spec.data_dir(work) / "manifest.json").exists()
+        try:
+            folder = prepared_data(spec, work, data_dir)
+        except RunError as error:
+            raise RunError(f"{sweep_name}: {error}") from None
+        log(f"{task}: data in {folder}" + (" (prepared before; --data-dir is not read again)"
+                                           if before and data_dir is not None else ""))
+
+
+__all__ = ["Sweep", "SWEEPS", "get_sweep", "with_more_seeds", "status", "prepare_source_data", "read_records"]

@@ -1,1 +1,2 @@
-from . import gru_seq2seq, presets  # noqa: F401  (registers the model and its architectures)
+"""The GRU encoder-decoder (``gru_seq2seq.py``, which registers it with fairseq), its options
+(``options.py``) and the paper's models as named presets (``presets.py``)."""

@@ -2,102 +2,60 @@
 
 The encoder wraps every source in learned START / END vectors and runs a (stack of)
 bidirectional GRU(s); the decoder is a GRU stack fed with [emb(y_{t-1}); context_t] where
-the context comes from :class:`CrossAttention` queried with h_{t-1}.  Every option lives in
-:class:`GRUSeq2SeqConfig` (the only place that holds defaults); each model of the paper is a
+the context comes from :class:`CrossAttention` queried with h_{t-1}.  Every option and its
+default is defined once, in ``options.py``; this module turns them into the model's
+``FairseqDataclass`` (rebuilt whenever an attention entry with settings of its own is
+registered, so that a user's entries get their options too).  Each model of the paper is a
 named architecture (``presets.py``) that sets the options it differs in.
 """
+import dataclasses
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
-from typing import Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
 import torch.nn.functional as F
-from fairseq import utils
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass import FairseqDataclass
 from fairseq.models import (
+    ARCH_MODEL_NAME_REGISTRY,
+    MODEL_DATACLASS_REGISTRY,
     FairseqEncoder,
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
     register_model,
+    register_model_architecture,
 )
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
 
-from ..limits import NO_LENGTH_LIMIT
 from ..modules.choices import check_choice
-from ..modules.content import SCORERS
-from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, CrossAttention
-from ..modules.location import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
+from ..modules.cross_attention import CrossAttention
+from ..modules.direction_gate import DirectionGate
+from ..modules.location import LocationAttention
+from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
+from .options import (
+    BOUNDARY_INITS, EMBEDDING_INITS, OptionError, add_option_arguments, check_options, option_defaults,
+    option_fields, parse_bool,
+)
+from .presets import PRESETS
 
-EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
-BOUNDARY_INITS = ("normal", "zeros")
-
-
-def option(default, help: str):
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass
-class GRUSeq2SeqConfig(FairseqDataclass):
-    # sizes
-    encoder_embed_dim: int = option(64, "encoder embedding size")
-    encoder_hidden_size: int = option(64, "GRU size per direction")
-    encoder_layers: int = option(1, "bidirectional GRU layers")
-    decoder_embed_dim: int = option(64, "decoder embedding size")
-    decoder_hidden_size: Optional[int] = option(None, "decoder GRU size (default: 2 x --encoder-hidden-size)")
-    decoder_layers: Optional[int] = option(None, "decoder GRU layers (default: --encoder-layers)")
-    attention_dim: Optional[int] = option(None, "key/query/value size (default: the decoder hidden size)")
-    dropout: float = option(0.5, "dropout on the encoder outputs")
-    decoder_dropout: float = option(0.0, "dropout on the decoder outputs")
-    # embeddings and initialisation
-    share_decoder_input_output_embed: bool = option(True, "tie the output projection to the target embeddings")
-    share_all_embeddings: bool = option(
-        False, "one embedding matrix for the source, the decoder input and the output (needs one dictionary "
-               "for source and target, see the data's joined dictionary)")
-    embedding_init: ChoiceEnum(EMBEDDING_INITS) = option(
-        "scaled-normal", "scaled-normal: N(0, 1/dim) (fairseq's habit); kaiming-fan-out: N(0, 2/vocabulary size) "
-                         "(the authors' release)")
-    boundary_init: ChoiceEnum(BOUNDARY_INITS) = option(
-        "normal", "initial START / END vectors: N(0, 1/dim) or zeros (the authors' release)")
-    linear_init: ChoiceEnum(LINEAR_INITS) = option(
-        "pytorch", "attention and output layers: torch's default init, or Xavier-uniform without the biases "
-                   "the authors' release leaves out")
-    source_eos: bool = option(True, "keep fairseq's source </s> as an encoder position between the tokens and END")
-    # cross-attention
-    attention_scoring: ChoiceEnum(["none"] + list(SCORERS)) = option(
-        "content", "query-key scores: content, relative (Transformer-XL), rotary, or none")
-    location_attention: bool = option(False, "use Gaussian location attention (mixed with the scores if both are on)")
-    direction_gate: bool = option(False, "attend to g*e + (1-g)*reverse(e) instead of e")
-    reference: ChoiceEnum(REFERENCES) = option("previous", "reference position of the location focus")
-    step_activation: ChoiceEnum(STEP_ACTIVATIONS) = option(
-        "sigmoid", "activation of the step taken from the reference position")
-    clamp_center: bool = option(False, "leaky-clamp the location centre into [0, 1]")
-    position_reference: ChoiceEnum(POSITION_REFERENCES) = option(
-        "mixed", "previous position from the mixed attention or the location-only one (PR)")
-    location_normalization: ChoiceEnum(NORMALIZATIONS) = option(
-        "softmax", "softmax over real positions, or the release's exp / (sum + 1e-20), whose weights "
-                   "underflow to zero (and reset the focus to START) far past the last position")
-    location_projection: bool = option(
-        False, "read the location heads off the paper's intermediate l_t = f_l(h) (a d x d layer) "
-               "instead of directly off h")
-    location_head_init: ChoiceEnum(LOCATION_HEAD_INITS) = option(
-        "per-head", "with --linear-init xavier: draw each location head vector on its own fan, or the "
-                    "step/gate/bias vectors as one (d, k) tensor as the release's LocAttn")
-    sigma_min: float = option(0.27, "minimum width of the location focus")
-    step_temperature: float = option(5.0, "T in sigmoid(T * rho) steps")
-    softstair_temperature: float = option(20.0, "softstair temperature")
-    clamp_slope: float = option(0.01, "leaky slope of the centre clamp")
-    mono_gate_init: float = option(20.0, "initial logit of Mono's ReLU gate")
-    mix_temperature: float = option(5.0, "beta in the content/location mix")
-    direction_temperature: float = option(5.0, "beta in the direction gate")
-    max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length")
-    max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length")
+MODEL_NAME = "gru_seq2seq"
 
 
-CONFIG_FIELDS = {f.name: f for f in fields(GRUSeq2SeqConfig) if not f.name.startswith("_")}
+def config_class(name: str = "GRUSeq2SeqConfig", defaults: Optional[Mapping[str, Any]] = None) -> type:
+    """A FairseqDataclass with a field per option (``defaults`` overriding some defaults)."""
+    defaults = defaults or {}
+    specs = []
+    for key, f in option_fields().items():
+        default = defaults.get(key, option_defaults()[key])
+        specs.append((key, f.type, dataclasses.field(default=default, metadata={"help": f.metadata.get("help", "")})))
+    return dataclasses.make_dataclass(name, specs, bases=(FairseqDataclass,))
 
 
-def fill_missing(cfg, values) -> None:
+GRUSeq2SeqConfig = config_class()
+
+
+def fill_missing(cfg, values: Mapping[str, Any]) -> None:
     """Set every option of ``values`` (a dict) that ``cfg`` (a Namespace or DictConfig) lacks
     or holds as None, in place."""
     with open_dict(cfg) if OmegaConf.is_config(cfg) else nullcontext():
@@ -106,76 +64,36 @@ def fill_missing(cfg, values) -> None:
                 setattr(cfg, name, value)
 
 
-def config_defaults() -> dict:
-    """{option: default} read off GRUSeq2SeqConfig (enums as their string values)."""
-    defaults = {}
-    for name, f in CONFIG_FIELDS.items():
-        value = f.default
-        defaults[name] = getattr(value, "value", value)
-    return defaults
+def options_of(cfg) -> Dict[str, Any]:
+    """A model config (DictConfig, Namespace or mapping) as a plain dict."""
+    if OmegaConf.is_config(cfg):
+        return OmegaConf.to_container(cfg)
+    return dict(cfg) if isinstance(cfg, Mapping) else dict(vars(cfg))
 
 
-# read only with location attention (the mixing options: only when mixing, below)
-LOCATION_OPTIONS = ("reference", "step_activation", "clamp_center", "location_normalization", "location_projection",
-                    "location_head_init", "sigma_min", "step_temperature", "softstair_temperature", "clamp_slope",
-                    "mono_gate_init")
+def config_defaults() -> Dict[str, Any]:
+    """{option: default} of every option (the base options and every registered entry's)."""
+    return option_defaults()
 
 
-def unused_options(cfg: dict) -> set:
-    """The options of ``cfg`` (a model config as a dict) that the model it describes never reads,
-    so that no value of theirs changes it: the location options of a content-only model, the mix
-    temperature and position reference of a model that mixes nothing, the head init where every
-    location vector keeps its own fan, the temperature of an activation not used, ..."""
-    cfg = {**config_defaults(), **cfg}  # a checkpoint older than an option held its default
-    unused = set()
-    location, mixes = cfg["location_attention"], cfg["location_attention"] and cfg["attention_scoring"] != "none"
-    if not location:
-        unused.update(LOCATION_OPTIONS)
-    if not mixes:
-        unused.update(("mix_temperature", "position_reference"))
-    activation = cfg["step_activation"]
-    if activation not in ("sigmoid", "mono"):
-        unused.add("step_temperature")
-    if activation != "softstair":
-        unused.add("softstair_temperature")
-    if activation != "mono":
-        unused.add("mono_gate_init")
-    if not cfg["clamp_center"]:
-        unused.add("clamp_slope")
-    # "joint" and "per-head" differ only for xavier and more than the step vector (not "previous")
-    if cfg["linear_init"] != "xavier" or cfg["reference"] == "previous":
-        unused.add("location_head_init")
-    if not cfg["direction_gate"]:
-        unused.add("direction_temperature")
-    return unused
-
-
-@register_model("gru_seq2seq", dataclass=GRUSeq2SeqConfig)
+@register_model(MODEL_NAME, dataclass=GRUSeq2SeqConfig)
 class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
     @staticmethod
     def add_args(parser):
-        """Every field of GRUSeq2SeqConfig as an option, without defaults (so that a preset can
-        set them).  Booleans take a value (``--direction-gate False``) so that a preset's True
-        can be switched off on the command line."""
-        for name, f in CONFIG_FIELDS.items():
-            flag = "--" + name.replace("_", "-")
-            kind = f.type
-            choices = [member.value for member in kind] if isinstance(kind, type) and hasattr(kind, "__members__") \
-                else None
-            if kind is bool:
-                parser.add_argument(flag, type=utils.eval_bool, metavar="BOOL", help=f.metadata["help"])
-            elif choices is not None:
-                parser.add_argument(flag, choices=choices, help=f.metadata["help"])
-            else:
-                inner = getattr(kind, "__args__", (kind,))[0]  # Optional[int] -> int
-                parser.add_argument(flag, type=inner, metavar="N" if inner is int else "F",
-                                    help=f.metadata["help"])
+        """Every option as a command-line argument without a default (so that a preset can set
+        it).  Booleans take a value (``--direction-gate False``) so that a preset's True can be
+        switched off on the command line."""
+        add_option_arguments(parser, parse_bool)
 
     @classmethod
     def build_model(cls, cfg, task):
         # a preset (``--arch gru_onestep``) has set its own options already; the rest come from the
-        # dataclass, written into cfg so that the checkpoint records every value used
+        # defaults, written into cfg so that the checkpoint records every value used
         fill_missing(cfg, config_defaults())
+        try:
+            check_options(options_of(cfg))
+        except OptionError as error:
+            raise ValueError(str(error)) from None
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         decoder_hidden_size = cfg.decoder_hidden_size or 2 * cfg.encoder_hidden_size
         decoder_layers = cfg.decoder_layers or cfg.encoder_layers
@@ -191,11 +109,25 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
         else:
             encoder_embedding = build_embedding(src_dict, cfg.encoder_embed_dim, cfg.embedding_init)
             decoder_embedding = build_embedding(tgt_dict, cfg.decoder_embed_dim, cfg.embedding_init)
-        encoder = GRUEncoder(src_dict, encoder_embedding, cfg)
-        attention = CrossAttention(cfg, encoder.output_dim, decoder_hidden_size, encoder.output_dim)
-        decoder = GRUDecoder(tgt_dict, decoder_embedding, attention, cfg, encoder.output_dim,
-                             decoder_hidden_size, decoder_layers)
+        encoder = GRUEncoder(src_dict, encoder_embedding, hidden_size=cfg.encoder_hidden_size,
+                             num_layers=cfg.encoder_layers, dropout=cfg.dropout, boundary_init=cfg.boundary_init,
+                             keep_source_eos=cfg.source_eos, max_positions=cfg.max_source_positions)
+        attention = build_cross_attention(cfg, encoder.output_dim, decoder_hidden_size)
+        decoder = GRUDecoder(tgt_dict, decoder_embedding, attention, hidden_size=decoder_hidden_size,
+                             num_layers=decoder_layers, encoder_layers=cfg.encoder_layers,
+                             encoder_summary_dim=encoder.output_dim, dropout=cfg.decoder_dropout,
+                             share_input_output_embed=cfg.share_decoder_input_output_embed or cfg.share_all_embeddings,
+                             linear_init=cfg.linear_init, max_positions=cfg.max_target_positions)
         return cls(encoder, decoder)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Checkpoints from before the step activations were modules of their own kept Mono's
+        gate logit on the location module."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = f"{name}." if name else ""
+        for key in list(state_dict):
+            if key.startswith(prefix) and key.endswith("attention.location.mono_gate_logit"):
+                state_dict[key[: -len("mono_gate_logit")] + "step.gate_logit"] = state_dict.pop(key)
 
     def max_positions(self):
         return (self.encoder.max_positions(), self.decoder.max_positions())
@@ -208,6 +140,28 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
         if gate is None:
             return None
         return gate.gate(self.encoder(src_tokens, src_lengths)["summary"][-1])
+
+
+def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttention:
+    """The cross-attention the options describe, each choice built from its registry.  (The
+    direction gate, the location focus and the scorer are made in this order, the order in
+    which their parameters draw their initial values.)"""
+    gate = DirectionGate(encoder_dim, cfg.direction_temperature) if cfg.direction_gate else None
+    location = None
+    if cfg.location_attention:
+        location = LocationAttention(
+            reference=REFERENCES.build(cfg.reference, cfg),
+            step=STEP_ACTIVATIONS.build(cfg.step_activation, cfg),
+            normalization=NORMALIZATIONS.build(cfg.location_normalization, cfg),
+            sigma_min=cfg.sigma_min,
+            clamp_slope=cfg.clamp_slope if cfg.clamp_center else None,
+        )
+    scoring = SCORERS.check(cfg.attention_scoring)
+    scorer = None if scoring == "none" else (lambda dim: SCORERS.build(scoring, cfg, dim=dim))
+    return CrossAttention(encoder_dim, query_dim, attention_dim=cfg.attention_dim, scorer=scorer, location=location,
+                          direction_gate=gate, position_reference=cfg.position_reference,
+                          mix_temperature=cfg.mix_temperature, location_projection=cfg.location_projection,
+                          linear_init=cfg.linear_init, location_head_init=cfg.location_head_init)
 
 
 def build_embedding(dictionary, dim: int, init: str) -> nn.Embedding:
@@ -225,23 +179,27 @@ class GRUEncoder(FairseqEncoder):
     """Embeds [START, x_1 .. x_n, (</s>,) END] (START / END are learned vectors, not vocabulary
     items) and runs bidirectional GRUs; no positional encoding."""
 
-    def __init__(self, dictionary, embed_tokens: nn.Embedding, cfg):
+    def __init__(self, dictionary, embed_tokens: nn.Embedding, hidden_size: int = 64, num_layers: int = 1,
+                 dropout: float = 0.5, boundary_init: str = "normal", keep_source_eos: bool = True,
+                 max_positions: int = 1024):
+        """hidden_size: GRU size per direction; dropout: on the encodings; boundary_init: START /
+        END drawn from N(0, 1/dim) ("normal") or "zeros"; keep_source_eos: the source's </s> is
+        an encoder position (between the tokens and END)."""
         super().__init__(dictionary)
-        check_choice("boundary-init", cfg.boundary_init, BOUNDARY_INITS)
+        check_choice("boundary-init", boundary_init, BOUNDARY_INITS)
         embed_dim = embed_tokens.embedding_dim
         self.padding_idx = dictionary.pad()
         self.eos_idx = dictionary.eos()
-        self.keep_source_eos = cfg.source_eos
+        self.keep_source_eos = keep_source_eos
         self.embed_tokens = embed_tokens
-        scale = embed_dim ** -0.5 if cfg.boundary_init == "normal" else 0.0
+        scale = embed_dim ** -0.5 if boundary_init == "normal" else 0.0
         self.start = nn.Parameter(torch.randn(embed_dim) * scale)
         self.end = nn.Parameter(torch.randn(embed_dim) * scale)
-        self.rnn = nn.GRU(embed_dim, cfg.encoder_hidden_size, num_layers=cfg.encoder_layers, batch_first=True,
-                          bidirectional=True)
-        self.num_layers = cfg.encoder_layers
-        self.output_dim = 2 * cfg.encoder_hidden_size
-        self.dropout_out = nn.Dropout(cfg.dropout)
-        self._max_positions = cfg.max_source_positions
+        self.rnn = nn.GRU(embed_dim, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
+        self.num_layers = num_layers
+        self.output_dim = 2 * hidden_size
+        self.dropout_out = nn.Dropout(dropout)
+        self._max_positions = max_positions
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
         """src_tokens (B, T), left- or right-padded: each row's kept tokens are moved to the
@@ -298,9 +256,16 @@ def kept_tokens_first(tokens, kept):
 
 
 class GRUDecoder(FairseqIncrementalDecoder):
-    def __init__(self, dictionary, embed_tokens: nn.Embedding, attention: CrossAttention, cfg,
-                 encoder_summary_dim: int, hidden_size: int, num_layers: int):
+    def __init__(self, dictionary, embed_tokens: nn.Embedding, attention: CrossAttention, hidden_size: int,
+                 num_layers: int = 1, encoder_layers: int = 1, encoder_summary_dim: Optional[int] = None,
+                 dropout: float = 0.0, share_input_output_embed: bool = True, linear_init: str = "pytorch",
+                 max_positions: int = 1024):
+        """encoder_summary_dim: size of e_cls (h_0 is e_cls, through a projection when the sizes
+        differ; default: hidden_size); dropout: on the decoder outputs; share_input_output_embed:
+        logits = W h_t E^T + b with E the target embeddings; linear_init "xavier" draws the output
+        layer Xavier-uniform."""
         super().__init__(dictionary)
+        encoder_summary_dim = encoder_summary_dim or hidden_size
         embed_dim = embed_tokens.embedding_dim
         self.embed_tokens = embed_tokens
         self.attention = attention
@@ -309,21 +274,21 @@ class GRUDecoder(FairseqIncrementalDecoder):
             for i in range(num_layers)
         )
         self.num_layers = num_layers
-        self.encoder_layers = cfg.encoder_layers
+        self.encoder_layers = encoder_layers
         # h_0 = e_cls; a projection only when the sizes differ
         self.init_proj = None if encoder_summary_dim == hidden_size else nn.Linear(encoder_summary_dim, hidden_size)
-        self.dropout_out = nn.Dropout(cfg.decoder_dropout)
-        self.share_input_output_embed = cfg.share_decoder_input_output_embed or cfg.share_all_embeddings
+        self.dropout_out = nn.Dropout(dropout)
+        self.share_input_output_embed = share_input_output_embed
         if self.share_input_output_embed:
             # logits = W h_t E^T + b, E the target embedding matrix
             self.out_proj = nn.Linear(hidden_size, embed_dim)
             self.out_bias = nn.Parameter(torch.zeros(len(dictionary)))
         else:
             self.out_proj = nn.Linear(hidden_size, len(dictionary))
-        if cfg.linear_init == "xavier":
+        if linear_init == "xavier":
             nn.init.xavier_uniform_(self.out_proj.weight)
         self.need_attn = False  # fairseq-generate --print-alignment switches it on
-        self._max_positions = cfg.max_target_positions
+        self._max_positions = max_positions
 
     # -- state -------------------------------------------------------------------------
     def initial_hidden(self, summary) -> torch.Tensor:
@@ -426,3 +391,55 @@ def source_layout_attention(weights, encoder_out):
     index = (token_index + 1).clamp(min=0).unsqueeze(1).expand(-1, weights.size(1), -1)
     mapped = weights.gather(2, index)
     return mapped.masked_fill(ignored.unsqueeze(1), 0.0)
+
+
+# --- named architectures (presets) and their hydra configs --------------------------------------
+
+REGISTERED_PRESETS: Dict[str, Dict[str, Any]] = {}
+
+
+def _store_preset_config(name: str, options: Mapping[str, Any]) -> None:
+    """``name`` as a hydra config (``model: NAME`` / ``model._name=NAME``): the model's dataclass
+    with the preset's values as defaults, so that the preset's values sit under the user's."""
+    class_name = "".join(part.capitalize() for part in name.split("_")) + "Config"
+    config = config_class(class_name, options)
+    MODEL_DATACLASS_REGISTRY[name] = config
+    ARCH_MODEL_NAME_REGISTRY[name] = name  # a hydra config names the preset's own node
+    node = config()
+    node._name = name
+    ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq_monoattn")
+
+
+def register_preset(name: str, options: Mapping[str, Any]) -> None:
+    """Register ``--arch NAME``: ``gru_seq2seq`` with ``options`` set (the command line can still
+    change each of them).  A user's package may call it for presets of its own."""
+    options = dict(options)
+    unknown = sorted(set(options) - set(option_fields()))
+    if unknown:
+        raise ValueError(f"preset {name!r}: unknown options {', '.join(unknown)}")
+
+    @register_model_architecture(MODEL_NAME, name)
+    def architecture(cfg):
+        fill_missing(cfg, options)  # the rest: GRUSeq2SeqModel.build_model
+
+    architecture.__name__ = name
+    REGISTERED_PRESETS[name] = options
+    _store_preset_config(name, options)
+
+
+def refresh_configs() -> None:
+    """Rebuild the model's dataclass (and the presets') from the options registered now."""
+    global GRUSeq2SeqConfig
+    GRUSeq2SeqConfig = config_class()
+    setattr(GRUSeq2SeqModel, "__dataclass", GRUSeq2SeqConfig)  # where fairseq looks for it
+    MODEL_DATACLASS_REGISTRY[MODEL_NAME] = GRUSeq2SeqConfig
+    node = GRUSeq2SeqConfig()
+    node._name = MODEL_NAME
+    ConfigStore.instance().store(name=MODEL_NAME, group="model", node=node, provider="fairseq_monoattn")
+    for name, options in REGISTERED_PRESETS.items():
+        _store_preset_config(name, options)
+
+
+for _name, _options in PRESETS.items():
+    register_preset(_name, _options)
+on_registration(refresh_configs)

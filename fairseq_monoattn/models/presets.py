@@ -1,24 +1,13 @@
 """Named architectures: each model of the paper is a set of options over ``gru_seq2seq``.
 
-A preset holds only the options it differs in; every other option keeps the default of
-``GRUSeq2SeqConfig``, and every option stays settable on the command line, so
+A preset holds only the options it differs in; every other option keeps its default
+(``options.py``), and every option stays settable on the command line, so
 ``--arch gru_onestep --step-activation relu`` (or any other combination) is a valid model.
-
-Each preset is registered twice over, from the same dict:
-* as an architecture (``--arch NAME``): a function that sets the preset's options the command
-  line left unset;
-* as a config (``model: NAME`` / ``model._name=NAME`` under fairseq-hydra-train): a subclass of
-  ``GRUSeq2SeqConfig`` whose defaults are the preset's.  fairseq merges a hydra config with the
-  dataclass registered under its name, so the preset's values sit under the user's, never
-  under the base defaults.
+``gru_seq2seq.py`` registers each preset twice over, from this table: as an architecture
+(``--arch NAME``) and as a hydra config (``model._name=NAME``).  This module does not import
+fairseq.
 """
-from dataclasses import field, fields, make_dataclass
-
-from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_DATACLASS_REGISTRY, register_model_architecture
-from hydra.core.config_store import ConfigStore
-
-from .gru_seq2seq import GRUSeq2SeqConfig, fill_missing
-
+from typing import Any, Dict
 
 # How the authors' release trains every model, where fairseq's habits differ (RESULTS.md,
 # "What in the training matters", has the runs behind each): one Xavier-initialised layer per
@@ -51,7 +40,7 @@ RMONO = dict(ONESTEP, step_activation="relu")
 MIX = dict(attention_scoring="content")  # mixes content scores into the location focus
 PR = dict(position_reference="location")  # reference = the location-only focus
 
-PRESETS = {
+PRESETS: Dict[str, Dict[str, Any]] = {
     "gru_content": CONTENT,
     "gru_relative": dict(AUTHORS_TRAINING, attention_scoring="relative"),
     "gru_birelative": dict(AUTHORS_TRAINING, attention_scoring="relative", direction_gate=True),
@@ -79,29 +68,3 @@ PRESETS = {
 }
 
 
-def preset_config(name: str, overrides: dict):
-    """GRUSeq2SeqConfig with the preset's values as defaults (and nothing else changed)."""
-    base = {f.name: f for f in fields(GRUSeq2SeqConfig)}
-    changed = [(key, base[key].type, field(default=value, metadata=base[key].metadata))
-               for key, value in overrides.items()]
-    class_name = "".join(part.capitalize() for part in name.split("_")) + "Config"
-    return make_dataclass(class_name, changed, bases=(GRUSeq2SeqConfig,))
-
-
-def _register(name, overrides):
-    @register_model_architecture("gru_seq2seq", name)
-    def architecture(cfg):
-        fill_missing(cfg, overrides)  # the rest: GRUSeq2SeqModel.build_model
-
-    architecture.__name__ = name
-    config = preset_config(name, overrides)
-    MODEL_DATACLASS_REGISTRY[name] = config
-    ARCH_MODEL_NAME_REGISTRY[name] = name  # a hydra config names the preset's own node
-    node = config()
-    node._name = name
-    ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq_monoattn")
-    return architecture
-
-
-for _name, _overrides in PRESETS.items():
-    _register(_name, _overrides)

@@ -3,7 +3,7 @@
     keys   k_i = W_k e_i            values v_i = W_o W_v LeakyReLU(W_1 e_i)
     query  q_t = W_q h_{t-1}        location features l_t = W_l h_{t-1} (+ b_l)
 
-    content only:   a_t = softmax(c_t)                       (c_t from a scorer in content.py)
+    content only:   a_t = softmax(c_t)                       (c_t from a scorer, scorers.py)
     location only:  a_t = lambda_t                           (location.py, heads read off l_t)
     mixed:          a_t = m_t softmax(c_t) + (1 - m_t) lambda_t,  m_t = sigmoid(beta f_mix(h_{t-1}))
 
@@ -25,13 +25,13 @@ weight of the attention from a Xavier-uniform distribution of its own shape, wit
 on the keys, the query, the value output and the location heads, as the authors' release.
 """
 import math
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
+from ..registry import Scorer
 from .choices import check_choice
-from .content import SCORERS
 from .direction_gate import DirectionGate
 from .location import LocationAttention
 from .positions import padding_mask
@@ -45,44 +45,54 @@ LINEAR_INITS = ("pytorch", "xavier")
 #             vector stays on its own.  Equal to "per-head" when the step is the only one (k = 1).
 LOCATION_HEAD_INITS = ("per-head", "joint")
 
+Memory = Dict[str, torch.Tensor]
+
 
 class CrossAttention(nn.Module):
-    """Built from the model's config (``GRUSeq2SeqConfig``): attention_scoring,
-    location_attention, direction_gate, position_reference, mix_temperature, attention_dim,
-    location_projection, linear_init, location_head_init and the options of LocationAttention /
-    DirectionGate."""
-
-    def __init__(self, cfg, encoder_dim: int, query_dim: int, summary_dim: int):
+    def __init__(self, encoder_dim: int, query_dim: int, attention_dim: Optional[int] = None,
+                 scorer: Optional[Callable[[int], Scorer]] = None, location: Optional[LocationAttention] = None,
+                 direction_gate: Optional[DirectionGate] = None, position_reference: str = "mixed",
+                 mix_temperature: float = 5.0, location_projection: bool = False, linear_init: str = "pytorch",
+                 location_head_init: str = "per-head"):
+        """
+        encoder_dim, query_dim: sizes of the encodings e_i and of the query state h_{t-1};
+        attention_dim: size of keys, queries and values (default: query_dim);
+        scorer: builds the content scorer from the attention size (None: no content scores);
+        location: the Gaussian focus (None: none); with both, the two are mixed;
+        direction_gate: keys and values read e_dir = g e + (1 - g) reverse(e) (None: e);
+        position_reference: pa_t from the "mixed" attention or the "location"-only focus (PR);
+        mix_temperature: beta in m_t = sigmoid(beta f_mix(h));
+        location_projection: read the location heads off l_t = f_l(h) instead of h;
+        linear_init, location_head_init: see the module's docstring.
+        """
         super().__init__()
-        scoring = None if cfg.attention_scoring == "none" else cfg.attention_scoring
-        if scoring is None and not cfg.location_attention:
+        if scorer is None and location is None:
             raise ValueError("cross-attention needs content scores (--attention-scoring) or location attention")
-        check_choice("attention-scoring", cfg.attention_scoring, ("none", *SCORERS))
-        check_choice("position-reference", cfg.position_reference, POSITION_REFERENCES)
-        check_choice("linear-init", cfg.linear_init, LINEAR_INITS)
-        check_choice("location-head-init", cfg.location_head_init, LOCATION_HEAD_INITS)
-        attention_dim = cfg.attention_dim or query_dim
-        xavier = cfg.linear_init == "xavier"
-        self.direction_gate = DirectionGate(summary_dim, cfg.direction_temperature) if cfg.direction_gate else None
-        self.location = LocationAttention(cfg) if cfg.location_attention else None
-        self.position_reference = cfg.position_reference
-        self.mix_temperature = cfg.mix_temperature
+        check_choice("position-reference", position_reference, POSITION_REFERENCES)
+        check_choice("linear-init", linear_init, LINEAR_INITS)
+        check_choice("location-head-init", location_head_init, LOCATION_HEAD_INITS)
+        attention_dim = attention_dim or query_dim
+        xavier = linear_init == "xavier"
+        self.direction_gate = direction_gate
+        self.location = location
+        self.position_reference = position_reference
+        self.mix_temperature = mix_temperature
         self.values = nn.Sequential(
             nn.Linear(encoder_dim, attention_dim),
             nn.LeakyReLU(),
             nn.Linear(attention_dim, attention_dim, bias=not xavier),
         )
-        self.scorer = None
-        if scoring is not None:
+        self.scorer: Optional[Scorer] = None
+        if scorer is not None:
             self.keys = nn.Linear(encoder_dim, attention_dim, bias=not xavier)
-            self.scorer = SCORERS[scoring](attention_dim)
+            self.scorer = scorer(attention_dim)
         self.mixes = self.scorer is not None and self.location is not None
         # the location heads read l_t (projection) or h_{t-1} directly
         self.location_heads = None
         location_features = 0
         if self.location is not None:
             location_features = self.location.num_heads
-            if cfg.location_projection:
+            if location_projection:
                 location_features = attention_dim
                 self.location_heads = nn.Linear(attention_dim, self.location.num_heads, bias=False)
         # readout of h_{t-1}: [query (content) | location features | mixing logit]
@@ -93,7 +103,7 @@ class CrossAttention(nn.Module):
         ]
         self.readout = nn.Linear(query_dim, sum(self.readout_sizes))
         if xavier:
-            self.xavier_init(joint_heads=cfg.location_head_init == "joint")
+            self.xavier_init(joint_heads=location_head_init == "joint")
 
     def xavier_init(self, joint_heads: bool):
         """Xavier-uniform weights of each part's own shape; the biases the release has none
@@ -141,7 +151,7 @@ class CrossAttention(nn.Module):
     def context_dim(self) -> int:
         return self.values[-1].out_features
 
-    def prepare(self, encodings, summary, lengths) -> Dict[str, torch.Tensor]:
+    def prepare(self, encodings: torch.Tensor, summary: Optional[torch.Tensor], lengths: torch.Tensor) -> Memory:
         """Per-sequence work, done once before decoding: everything a step needs, batch-first."""
         width = encodings.size(1)
         memory = {"padding_mask": padding_mask(lengths, width)}
@@ -154,11 +164,12 @@ class CrossAttention(nn.Module):
             memory.update(self.scorer.prepare(self.keys(encodings)))  # "keys" (and "key_bias")
         return memory
 
-    def initial_position(self, memory) -> torch.Tensor:
+    def initial_position(self, memory: Memory) -> torch.Tensor:
         """pa_0 = 0: the first reference is the START position."""
         return memory["values"].new_zeros(memory["values"].size(0))
 
-    def forward(self, hidden, memory, previous_position, step: int):
+    def forward(self, hidden: torch.Tensor, memory: Memory, previous_position: Optional[torch.Tensor],
+                step: int) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         """hidden (B, Dq) = h_{t-1}; returns context (B, Da), weights (B, S), pa_t (B,) or None."""
         mask = memory["padding_mask"]
         query, features, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)

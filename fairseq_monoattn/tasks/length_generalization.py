@@ -18,6 +18,7 @@ options) with defaults that never drop long examples and greedy exact-match vali
 import functools
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from fairseq import utils
@@ -28,7 +29,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
+from ..dictionaries import check_dictionaries, symbols
 from ..limits import NO_LENGTH_LIMIT
+from ..recipes import TASK_DEFAULTS
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 
 logger = logging.getLogger(__name__)
@@ -52,12 +55,12 @@ class LengthGeneralizationConfig(TranslationConfig):
         default=NO_LENGTH_LIMIT, metadata={"help": "max number of tokens in the target sequence"}
     )
     stop_after_perfect: int = field(
-        default=0,
+        default=TASK_DEFAULTS["stop_after_perfect"],
         metadata={"help": "stop training once greedy valid accuracy has been 100 for this many validations "
                           "in a row (0: never); needs --best-checkpoint-metric accuracy"},
     )
     train_batches: ChoiceEnum(TRAIN_BATCHES) = field(
-        default="sorted",
+        default=TASK_DEFAULTS["train_batches"],
         metadata={"help": "training batches: 'sorted', fairseq's batches of similar length with the same contents "
                           "every epoch, or 'random', new draws of --batch-size examples (mixed lengths) every epoch"},
     )
@@ -170,6 +173,25 @@ class LengthGeneralizationTask(TranslationTask):
             dataset=dataset, collate_fn=dataset.collater, batch_sampler=random_batches, seed=seed,
             num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
             buffer_size=data_buffer_size, persistent_workers=False)
+
+    # --- the dictionaries travel with the checkpoint ------------------------------------------
+
+    def state_dict(self):
+        return {**super().state_dict(), "dictionaries": {"source": symbols(self.src_dict),
+                                                         "target": symbols(self.tgt_dict)}}
+
+    def load_state_dict(self, state_dict):
+        """A checkpoint's task state (fairseq loads it before building the model): its
+        dictionaries must be this data's, symbol for symbol (checkpoints from before the
+        dictionaries were stored have none to compare)."""
+        state_dict = dict(state_dict or {})
+        trained = state_dict.pop("dictionaries", None)
+        if trained is not None:
+            data = Path(utils.split_paths(self.cfg.data)[0]) if self.cfg.data else None
+            files = {"source": data / f"dict.{self.cfg.source_lang}.txt" if data else None,
+                     "target": data / f"dict.{self.cfg.target_lang}.txt" if data else None}
+            check_dictionaries(trained, {"source": symbols(self.src_dict), "target": symbols(self.tgt_dict)}, files)
+        super().load_state_dict(state_dict)
 
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)

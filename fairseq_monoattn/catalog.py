@@ -1,7 +1,13 @@
-"""The numbers the paper reports, transcribed from its results tables, by plugin name.
+"""Facts about every task, in one place: its name and title, how its data is made, the lengths
+it trains and tests on, the splits the paper reports, which way its output reads the input,
+and the numbers the paper reports for it.
 
-Source: "Monotonic Location Attention for Length Generalization" (monotonic_location_attention.tex).
-Each block below names the table it comes from (by its LaTeX label):
+Data preparation (which builder), the tables (titles, the paper's splits and values), the
+sweeps (which tasks a table has) and the comparisons (which lengths to show) all read this
+module.  It imports neither fairseq nor torch.
+
+The paper's numbers are transcribed from its results tables (monotonic_location_attention.tex),
+each block naming the table it comes from by its LaTeX label:
 
 * table:diagnostics          -> TABLES["table2"]       accuracy, 8 probing tasks, main models
 * table:scan                 -> TABLES["table3-scan"]  accuracy, SCAN and CFQ length splits
@@ -20,6 +26,8 @@ is 62.14, DeDupe OneStepAttn ``51.`` is 51, and the appendix rows "Mix Location 
 Mix LocAttn S (PR). Models that appear in two tables (OneStepAttn in table:diagnostics and in
 table:critical_ablation) have identical numbers in both.
 """
+import importlib
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 Value = Union[float, Tuple[float, float]]
@@ -27,23 +35,108 @@ Value = Union[float, Tuple[float, float]]
 DIGIT_SPLITS = ("test15", "test30", "test100")
 LOOKUP_SPLITS = ("test7", "test9", "test11")
 IID_SPLITS = ("test_iid", "test15", "test30", "test100")  # the paper's IID, 15, 30, 100
+DEFAULT_DATA_SEED = 1  # the same for every task
 
-# Column order of the probing tables: four tasks in the upper half, four in the lower half.
-PROBING_TASKS = ("copy", "reverse_copy", "lookup", "reverse_lookup",
-                 "recopy", "reverse_recopy", "inv_recopy", "inv_reverse_recopy")
 
-SPLITS: Dict[str, Tuple[str, ...]] = {
-    **{task: DIGIT_SPLITS for task in PROBING_TASKS},
-    "lookup": LOOKUP_SPLITS,
-    "reverse_lookup": LOOKUP_SPLITS,
-    "dedupe": IID_SPLITS,
-    "posretrieve": IID_SPLITS,
-    "scan": ("test",),
-    "cfq": ("test",),
-}
+@dataclass(frozen=True)
+class TaskFacts:
+    name: str
+    title: str
+    description: str
+    module: str  # the data module (in fairseq_monoattn.data) that builds it
+    builder: str  # the build(seed, data_dir) function of that module
+    paper_splits: Tuple[str, ...]  # the splits the paper's tables report, in their order
+    # the way the output walks the input: "forward" (left to right), "reversed", or None when
+    # no one way does (a direction gate that reads the other way must undo it)
+    reading: Optional[str] = None
+    # the task's source data is not in the repository: preparing it needs --data-dir
+    needs_data_dir: bool = False
+    # how the paper summarises seeds: "median" (of 5) or "mean_std" (SCAN: 5 runs, CFQ: 3)
+    summary: str = "median"
+    # lengths of the training examples (in the task's own unit), where the task has them
+    train_lengths: Optional[Tuple[int, int]] = None
+    # the digit tasks write extra test splits of any length (prepare --test-lengths)
+    any_test_length: bool = False
 
-# --- Probing tables: per model, one triple per task in PROBING_TASKS order, each triple at the
-# task's splits (15, 30, 100 or 7, 9, 11); laid out like the tex rows (upper half, lower half).
+    @property
+    def mean_std(self) -> bool:
+        return self.summary == "mean_std"
+
+    @property
+    def length_splits(self) -> Tuple[str, ...]:
+        """The paper's splits of lengths past training (those a comparison shows)."""
+        return tuple(split for split in self.paper_splits if split not in ("test_iid", "test"))
+
+    def load_builder(self):
+        """The build(seed, data_dir) function of this task (its module imported now)."""
+        from .data.common import DataError
+
+        module_name = f"{__package__}.data.{self.module}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            raise DataError(f"{module_name} is not available in this checkout") from None
+        return getattr(module, self.builder)
+
+
+def _digit_task(name, title, description, reading, splits=DIGIT_SPLITS):
+    return TaskFacts(name, title, description, "digits", f"build_{name}", splits, reading, train_lengths=(5, 10),
+                     any_test_length=True)
+
+
+# In the order of the paper's tables.
+TASKS: Dict[str, TaskFacts] = {task.name: task for task in (
+    _digit_task("copy", "Copy", "copy the digits", "forward"),
+    _digit_task("reverse_copy", "Reverse Copy", "copy the digits in reverse order", "reversed"),
+    TaskFacts("lookup", "Lookup", "compose 3-bit lookup tables left to right", "lookup", "build_lookup",
+              LOOKUP_SPLITS, "forward"),
+    TaskFacts("reverse_lookup", "Reverse Lookup", "compose 3-bit lookup tables, mirrored input", "lookup",
+              "build_reverse_lookup", LOOKUP_SPLITS, "reversed"),
+    _digit_task("recopy", "ReCopy", "write each digit d 1 (d<=3), 3 (d<=6) or 5 times", "forward"),
+    _digit_task("reverse_recopy", "Reverse ReCopy", "ReCopy of the reversed digits", "reversed"),
+    _digit_task("inv_recopy", "Inv ReCopy", "recover the digits from their ReCopy", "forward"),
+    _digit_task("inv_reverse_recopy", "Inv Reverse ReCopy", "recover the digits from their Reverse ReCopy",
+                "reversed"),
+    _digit_task("dedupe", "DeDupe", "remove contiguous repetitions", "forward", IID_SPLITS),
+    _digit_task("posretrieve", "PosRetrieve", "for each digit d, output `d : X[d] ;` (the token at position d)",
+                None, IID_SPLITS),
+    TaskFacts("scan", "SCAN (length split)", "SCAN length split (commands -> actions)", "scan", "build_scan",
+              ("test",), summary="mean_std"),
+    TaskFacts("cfq", "CFQ (length split)", "CFQ length split (questions -> SPARQL)", "cfq", "build_cfq",
+              ("test",), needs_data_dir=True, summary="mean_std"),
+)}
+
+# The columns of the paper's probing tables (Table 2, its edit distances, Table 5, the appendix).
+TABLE2_TASKS = ("copy", "reverse_copy", "lookup", "reverse_lookup",
+                "recopy", "reverse_recopy", "inv_recopy", "inv_reverse_recopy")
+# Table 6's two tasks, and every probing task
+TABLE6_TASKS = ("dedupe", "posretrieve")
+PROBING_TASKS = TABLE2_TASKS + TABLE6_TASKS
+
+
+class UnknownTask(ValueError):
+    """A task name the catalog does not have; the message lists the known ones."""
+
+
+def task_facts(name: str) -> TaskFacts:
+    if name not in TASKS:
+        raise UnknownTask(f"unknown task {name!r}; known: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def title(task: str) -> str:
+    return TASKS[task].title if task in TASKS else task
+
+
+def table_order(task: str) -> int:
+    """Position of a task in the paper's tables (unknown tasks last)."""
+    return list(TASKS).index(task) if task in TASKS else len(TASKS)
+
+
+# --- Probing tables: per model, one triple per task in TABLE2_TASKS order, each triple at the
+# task's paper splits (15, 30, 100 or 7, 9, 11); laid out like the tex rows (upper half, lower half).
 
 # table:diagnostics -- accuracy (%), median of 5 seeds.
 _TABLE2 = {
@@ -167,15 +260,15 @@ Cells = List[Tuple[str, str, str, Value]]  # (task, arch, split, value)
 def _probing_cells(table: dict) -> Cells:
     return [(task, arch, split, float(value))
             for arch, triples in table.items()
-            for task, triple in zip(PROBING_TASKS, triples)
-            for split, value in zip(SPLITS[task], triple)]
+            for task, triple in zip(TABLE2_TASKS, triples)
+            for split, value in zip(TASKS[task].paper_splits, triple)]
 
 
 def _table6_cells() -> Cells:
     return [(task, arch, split, float(value))
             for arch, rows in _TABLE6.items()
-            for task, row in zip(("dedupe", "posretrieve"), rows)
-            for split, value in zip(IID_SPLITS, row)]
+            for task, row in zip(TABLE6_TASKS, rows)
+            for split, value in zip(TASKS[task].paper_splits, row)]
 
 
 def _scan_cells() -> Cells:

@@ -1,0 +1,188 @@
+"""What the commands share: a parser whose errors are one line (exit status 2) and whose help
+shows every default, the options every command names the same way, and the checks made before
+anything is created."""
+import argparse
+import io
+import logging
+import shlex
+from contextlib import redirect_stderr
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+# fairseq's INFO chatter (data loading, "install tensorboardX") is not the commands' output
+logging.getLogger("fairseq").setLevel(logging.WARNING)
+
+DEFAULT_SEEDS = (1, 2, 3)
+DEFAULT_WORK = Path("work")
+DEFAULT_RESULTS = Path("results/paper")
+# the CPU budget of the sweeps, and every command's default (the paper: at most 100 epochs)
+DEFAULT_MAX_EPOCH = 25
+DEFAULT_STOP_AFTER_PERFECT = 3
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in the help of every option; descriptions printed as written."""
+
+
+class Parser(argparse.ArgumentParser):
+    """One-line errors (``prog: error: ...``, exit status 2), every default in ``--help``, no
+    abbreviated options."""
+
+    def __init__(self, prog: Optional[str] = None, description: Optional[str] = None, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(prog=prog, description=description, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def fail(message: str):
+    """Stop the command: ``error: message`` on stderr, exit status 1."""
+    raise SystemExit(f"error: {message}")
+
+
+# --- the shared options -------------------------------------------------------------------------
+
+def add_arch(parser: argparse.ArgumentParser, required: bool = True, several: bool = True, help: str = "") -> None:
+    parser.add_argument("--arch", nargs="+" if several else None, required=required, metavar="ARCH",
+                        help=help or ("presets (--arch of fairseq-train)" if several else "a preset"))
+
+
+def add_seeds(parser: argparse.ArgumentParser, default: Optional[Sequence[int]] = DEFAULT_SEEDS,
+              help: str = "training seeds") -> None:
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(default) if default else default,
+                        metavar="SEED", help=help)
+
+
+def add_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-epoch", type=int, default=DEFAULT_MAX_EPOCH, metavar="N",
+                        help="epoch budget of every run (the paper: 100)")
+    parser.add_argument("--stop-after-perfect", type=int, default=DEFAULT_STOP_AFTER_PERFECT, metavar="K",
+                        help="stop a run once greedy valid accuracy has been 100 for K epochs (0: never)")
+    parser.add_argument("--data-seed", type=int, default=1, metavar="SEED", help="seed of the prepared data")
+
+
+def add_places(parser: argparse.ArgumentParser, results: Path = DEFAULT_RESULTS) -> None:
+    parser.add_argument("--work", type=Path, default=DEFAULT_WORK, metavar="DIR",
+                        help="data, checkpoints and logs (large; not for git)")
+    parser.add_argument("--results", type=Path, default=results, metavar="DIR",
+                        help="one small JSON record per finished run (commit it)")
+
+
+def add_jobs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="runs at once, each pinned to its share of the cores")
+
+
+def add_user_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-dir", type=Path, default=None, metavar="DIR",
+                        help="a package of your own that registers attention entries or presets (it imports "
+                             "fairseq_monoattn); passed to fairseq-train as --user-dir")
+
+
+def add_variants(parser: argparse.ArgumentParser, several: bool) -> None:
+    help_text = ("a named set of extra fairseq-train options, NAME=OPTIONS (OPTIONS may be empty: the presets "
+                 "as they are); records go to RESULTS/TASK/ARCH/NAME/")
+    if several:
+        parser.add_argument("--variant", action="append", required=True, metavar="NAME=OPTIONS",
+                            help=help_text + "; give two or more")
+    else:
+        parser.add_argument("--variant", default=None, metavar="NAME=OPTIONS",
+                            help=help_text + " (default: default=, the presets as they are)")
+
+
+def parse_variant(text: str) -> Tuple[str, Tuple[str, ...]]:
+    """'NAME=--opt value --opt2 value' -> (NAME, options)."""
+    name, sep, options = text.partition("=")
+    name = name.strip()
+    if not sep or not name or "/" in name:
+        raise ValueError(f"--variant takes NAME=OPTIONS (a name without '/'), got {text!r}")
+    try:
+        return name, tuple(shlex.split(options))
+    except ValueError as error:
+        raise ValueError(f"--variant {name}: cannot split its options: {error}") from None
+
+
+# --- checks before anything is created ------------------------------------------------------------
+
+def check_tasks(parser: argparse.ArgumentParser, tasks: Iterable[str], option: str = "task") -> None:
+    from ..catalog import TASKS
+
+    unknown = [task for task in tasks if task not in TASKS]
+    if unknown:
+        where = f"{option}: " if option.startswith("--") else ""
+        parser.error(f"{where}unknown task {', '.join(map(repr, unknown))}; known: {', '.join(TASKS)}")
+
+
+def import_user_dir(user_dir: Optional[Path]) -> None:
+    """Register the plugin with fairseq, and a user's package (as fairseq-train's --user-dir)."""
+    from argparse import Namespace
+
+    from fairseq import utils
+
+    import fairseq_monoattn
+
+    fairseq_monoattn.register()
+    if user_dir is not None:
+        utils.import_user_module(Namespace(user_dir=str(user_dir)))
+
+
+def check_user_dir(parser: argparse.ArgumentParser, user_dir: Optional[Path]) -> None:
+    if user_dir is None:
+        return
+    if not (Path(user_dir) / "__init__.py").is_file():
+        parser.error(f"--user-dir {user_dir}: not a Python package (no __init__.py)")
+    try:
+        import_user_dir(user_dir)
+    except Exception as error:  # a user's package: any failure is theirs to see
+        parser.error(f"--user-dir {user_dir}: cannot import it: {type(error).__name__}: {error}")
+
+
+def check_archs(parser: argparse.ArgumentParser, archs: Iterable[str], user_dir: Optional[Path] = None) -> None:
+    """Every name must be a registered architecture (the plugin's, or the user package's)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import_user_dir(user_dir)
+    unknown = [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]
+    if unknown:
+        mine = sorted(name for name, model in ARCH_MODEL_REGISTRY.items()
+                      if getattr(model, "__module__", "").startswith("fairseq_monoattn"))
+        parser.error(f"--arch: unknown architecture {', '.join(map(repr, unknown))}; this plugin's: "
+                     f"{', '.join(mine)}")
+
+
+def check_train_options(parser: argparse.ArgumentParser, arch: str, name: str, options: Sequence[str]) -> None:
+    """A variant's options must parse as fairseq-train options of ``arch`` (an unknown option, a
+    value of the wrong type or out of range is named here, not after data preparation)."""
+    from fairseq import options as fairseq_options
+
+    from ..models.options import OptionError, check_options, explicit_options
+
+    stderr = io.StringIO()
+    try:
+        with redirect_stderr(stderr):
+            fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(),
+                                                input_args=["DATA", "--arch", arch, *options])
+    except SystemExit:
+        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+        reason = lines[-1].split("error: ", 1)[-1] if lines else "fairseq-train refuses them"
+        parser.error(f"--variant {name}: {reason}")
+    try:
+        check_options(explicit_options(options))
+    except OptionError as error:
+        parser.error(f"--variant {name}: {error}")
+
+
+def variants_from(parser: argparse.ArgumentParser, texts: Optional[List[str]]) -> dict:
+    """{name: options} of ``--variant`` texts, names unique."""
+    variants = {}
+    for text in texts or ():
+        try:
+            name, options = parse_variant(text)
+        except ValueError as error:
+            parser.error(str(error))
+        if name in variants:
+            parser.error(f"--variant {name}: given twice")
+        variants[name] = options
+    return variants

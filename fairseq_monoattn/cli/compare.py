@@ -1,0 +1,52 @@
+"""fairseq-monoattn-compare: one preset under two or more variants (named sets of extra
+fairseq-train options) with the same data, seeds and budget; per-seed test accuracy side by side,
+then a summary per variant.  Runs with a record are not trained again."""
+import sys
+from typing import List, Optional
+
+from .common import (
+    Parser, add_arch, add_budget, add_jobs, add_places, add_seeds, add_user_dir, add_variants, check_archs,
+    check_tasks, check_train_options, check_user_dir, variants_from,
+)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="fairseq-monoattn-compare", description=__doc__)
+    parser.add_argument("task", help="a task (fairseq-monoattn-prepare --help lists them)")
+    add_arch(parser, several=False, help="the preset to train")
+    add_variants(parser, several=True)
+    add_seeds(parser)
+    add_budget(parser)
+    add_places(parser)
+    add_jobs(parser)
+    add_user_dir(parser)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_tasks(parser, [args.task])
+    variants = variants_from(parser, args.variant)
+    if len(variants) < 2:
+        parser.error("give at least two --variant with different names")
+    check_user_dir(parser, args.user_dir)
+    check_archs(parser, [args.arch], args.user_dir)
+    for name, options in variants.items():
+        check_train_options(parser, args.arch, name, options)
+    from ..experiments.compare import compare
+    from ..experiments.launch import summarize_outcome
+
+    user_dir = str(args.user_dir.resolve()) if args.user_dir else None
+    table, outcome = compare(args.task, args.arch, args.seeds, variants, args.max_epoch, args.work, args.results,
+                             jobs=args.jobs, data_seed=args.data_seed, stop_after_perfect=args.stop_after_perfect,
+                             user_dir=user_dir, log=lambda line: print(line, flush=True))
+    status = summarize_outcome(outcome, log=print)
+    print(f"\n{args.task}, {args.arch}, {args.max_epoch} epochs, data seed {args.data_seed}; "
+          "test accuracy % (g: mean direction gate on the first split)\n")
+    print(table)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

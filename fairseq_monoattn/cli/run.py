@@ -1,0 +1,58 @@
+"""fairseq-monoattn-run: train presets on a task with the paper's recipe (preparing the data if
+needed), score every test split of each best checkpoint, record each run, print the tables.
+A run with a record is skipped; an interrupted run resumes from its last checkpoint."""
+import sys
+from typing import List, Optional
+
+from .common import (
+    Parser, add_arch, add_budget, add_jobs, add_places, add_seeds, add_user_dir, add_variants, check_archs,
+    check_tasks, check_train_options, check_user_dir, variants_from,
+)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="fairseq-monoattn-run", description=__doc__)
+    parser.add_argument("task", help="a task (fairseq-monoattn-prepare --help lists them)")
+    add_arch(parser)
+    add_seeds(parser)
+    add_budget(parser)
+    add_variants(parser, several=False)
+    add_places(parser)
+    add_jobs(parser)
+    add_user_dir(parser)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_tasks(parser, [args.task])
+    from ..experiments.runs import DEFAULT_VARIANT, RunSpec
+
+    variants = variants_from(parser, [args.variant] if args.variant else [])
+    name, options = next(iter(variants.items()), (DEFAULT_VARIANT, ()))
+    check_user_dir(parser, args.user_dir)
+    check_archs(parser, args.arch, args.user_dir)
+    for arch in args.arch:
+        check_train_options(parser, arch, name, options)
+    from ..experiments.aggregate import render
+    from ..experiments.launch import run_local, summarize_outcome
+    from ..experiments.runs import read_records
+
+    user_dir = str(args.user_dir.resolve()) if args.user_dir else None
+    specs = [RunSpec(task=args.task, arch=arch, seed=seed, data_seed=args.data_seed, variant=name, options=options,
+                     max_epoch=args.max_epoch, stop_after_perfect=args.stop_after_perfect, user_dir=user_dir)
+             for arch in args.arch for seed in args.seeds]
+    outcome = run_local(specs, args.work, args.results, jobs=args.jobs, log=lambda line: print(line, flush=True))
+    status = summarize_outcome(outcome, log=print)
+    records, _ = read_records(args.results)
+    keys = {(s.task, s.arch, s.variant, s.seed) for s in specs}
+    mine = [r for r in records if (r["task"], r["arch"], r["variant"], r["seed"]) in keys]
+    if mine:
+        print()
+        print(render(mine, name), end="")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
