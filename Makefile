@@ -9,13 +9,13 @@ TORCH ?= torch==2.13.0
 FAIRSEQ ?= $(shell $(PYTHON) -c 'import sys; print("fairseq-fixed==0.12.3.1" if sys.version_info >= (3, 11) else "fairseq==0.12.2")')
 DEMO_EPOCHS ?= 8
 
-.PHONY: install demo test benchmark clean-venv
+.PHONY: install demo test lint docs benchmark clean-venv
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)" cython numpy setuptools wheel
 	$(PY) -m pip install --quiet --no-build-isolation "$(FAIRSEQ)"
-	$(PY) -m pip install --quiet -e ".[test,plots,slurm]"
+	$(PY) -m pip install --quiet -e ".[test,plots,slurm,dev]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -26,8 +26,16 @@ demo: install
 	$(VENV)/bin/fairseq-monoattn-run recopy --arch gru_onestep gru_relative --seeds 1 --max-epoch $(DEMO_EPOCHS) \
 		--jobs 2 --work work/demo --results work/demo/results
 
-test: install
+# The test command: style, the documentation site (links and anchors checked), the test suite.
+test: lint docs
 	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/work/site
 
 benchmark: install
 	$(PY) examples/benchmark.py

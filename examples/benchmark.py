@@ -6,6 +6,7 @@
 Run it from the repository root: Copy data is prepared under ``runs/benchmark`` (``--data``).
 The code is ``fairseq_monoattn.benchmarking``.
 """
+
 from fairseq_monoattn.benchmarking import main
 
 if __name__ == "__main__":

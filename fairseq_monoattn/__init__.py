@@ -6,6 +6,7 @@ Importing the package registers its fairseq components (the registration list is
 as soon as fairseq finishes loading, so that the commands which never need fairseq (data
 preparation, tables) start without it.
 """
+
 __version__ = "0.3.0"
 
 

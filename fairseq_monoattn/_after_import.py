@@ -1,6 +1,7 @@
 """Run a function once a module has been imported: at once if it is loaded already, otherwise
 right after its import completes (a one-shot finder on ``sys.meta_path`` wraps the module's
 loader).  Standard library only."""
+
 import importlib.abc
 import importlib.util
 import sys
@@ -44,6 +45,8 @@ def call_after_import(name: str, callback: Callable[[], None]) -> None:
     """``callback()`` now if module ``name`` is imported, else right after it is."""
     if name in sys.modules:
         callback()
-    elif not any(isinstance(finder, _AfterImport) and finder.name == name and finder.callback is callback
-                 for finder in sys.meta_path):
+    elif not any(
+        isinstance(finder, _AfterImport) and finder.name == name and finder.callback is callback
+        for finder in sys.meta_path
+    ):
         sys.meta_path.insert(0, _AfterImport(name, callback))

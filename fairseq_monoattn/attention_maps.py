@@ -22,13 +22,13 @@ columns are positions of g * e + (1 - g) * reverse(e); ``direction`` holds g (th
 (g near 1: left to right, near 0: reversed); ``attended_labels`` gives the column labels in
 the order the columns actually read.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
 import torch
-
 
 from . import scoring
 from .metrics import greedy_generator, greedy_hypotheses  # importing this package registered the models
@@ -72,6 +72,7 @@ class AttentionMap:
 
 # -- loading ---------------------------------------------------------------------------
 
+
 def load_checkpoint(checkpoint, data, user_dir=None) -> LoadedModel:
     """A checkpoint through fairseq's own loader, with its task reading dictionaries from ``data``."""
     try:
@@ -87,6 +88,7 @@ def architecture_name(cfg) -> str:
 
 
 # -- tokens ----------------------------------------------------------------------------
+
 
 def encode(dictionary, text: str, side: str) -> torch.Tensor:
     """Space-separated tokens -> ids + [</s>]; unknown or special tokens are an error."""
@@ -106,6 +108,7 @@ def labels(dictionary, ids) -> List[str]:
 
 
 # -- decoding and the teacher-forced pass -------------------------------------------------
+
 
 def net_input(src_ids: torch.Tensor):
     return {"src_tokens": src_ids.unsqueeze(0), "src_lengths": torch.tensor([src_ids.numel()])}
@@ -143,8 +146,9 @@ def source_labels(model, dictionary, src_ids: torch.Tensor) -> List[str]:
     return [START_LABEL, *tokens, END_LABEL]
 
 
-def attention_map(loaded: LoadedModel, source: str, target: Optional[str] = None,
-                  max_len_a: float = 5.0, max_len_b: int = 10) -> AttentionMap:
+def attention_map(
+    loaded: LoadedModel, source: str, target: Optional[str] = None, max_len_a: float = 5.0, max_len_b: int = 10
+) -> AttentionMap:
     """Attention of ``loaded`` for ``source``, over its greedy output (or the given ``target``).
 
     The greedy output is at most ``max_len_a * (n + 1) + max_len_b`` tokens before </s>

@@ -7,11 +7,11 @@ with --source-eos False; listed right to left when a model's direction gate read
 encodings, g < 0.5).  Each model decodes the source greedily (beam 1) unless --target forces an
 output.  An existing --out is never replaced without --force.
 """
+
 import math
 import os
 import tempfile
 from pathlib import Path
-
 
 DPI = 100
 CELL_INCHES = 0.32  # one matrix cell, for small maps
@@ -34,6 +34,7 @@ def pyplot():
 
 
 # -- layout ----------------------------------------------------------------------------
+
 
 def panel_inches(rows: int, cols: int):
     """(width, height) of one heat map: square cells, capped for long inputs."""
@@ -78,6 +79,7 @@ def set_ticks(axis_set_ticks, axis_set_labels, labels, rotate=False):
 
 # -- drawing ---------------------------------------------------------------------------
 
+
 def panel_title(result, label):
     """The panel's name, then the direction gate and a cut output, if any."""
     parts = [label or result.architecture]
@@ -90,8 +92,7 @@ def panel_title(result, label):
 
 def draw_panel(ax, result, label, vmax):
     """One heat map of ``result`` on ``ax``; returns the image (for the colour bar)."""
-    image = ax.imshow(result.matrix, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto",
-                      interpolation="nearest")
+    image = ax.imshow(result.matrix, cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
     set_ticks(ax.set_xticks, ax.set_xticklabels, result.attended_labels, rotate=True)
     set_ticks(ax.set_yticks, ax.set_yticklabels, result.output_labels)
     ax.set_xlabel("source position, read reversed (g < 0.5)" if result.reads_reversed else "source position")
@@ -105,8 +106,15 @@ def render(results, labels, out: Path, title=None):
     plt = pyplot()
     shapes = [r.matrix.shape for r in results]
     widths = [panel_inches(*shape)[0] + MARGIN_INCHES[0] for shape in shapes]
-    fig, axes = plt.subplots(1, len(results), figsize=figure_inches(shapes), dpi=DPI, squeeze=False,
-                             layout="constrained", gridspec_kw={"width_ratios": widths})
+    fig, axes = plt.subplots(
+        1,
+        len(results),
+        figsize=figure_inches(shapes),
+        dpi=DPI,
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"width_ratios": widths},
+    )
     vmax = max(float(r.matrix.max()) for r in results) or 1.0
     for ax, result, label in zip(axes[0], results, labels):
         image = draw_panel(ax, result, label, vmax)

@@ -14,6 +14,7 @@ invocation, cancel out; the spread of those ratios is printed beside it.
 Decoding: greedy decoding of 32 random digit strings of length 15, 100 and 500, forced to
 emit exactly that many tokens, timed per output token (time / (sentences x steps)).
 """
+
 import argparse
 import json
 import os
@@ -34,9 +35,11 @@ from .models.presets import PRESETS  # importing this package registered the arc
 
 PLUGIN_DIR = Path(__file__).resolve().parent  # the fairseq_monoattn package, for --user-dir
 
-LSTM_ARGS = ("--arch lstm --encoder-bidirectional --encoder-embed-dim 64 --encoder-hidden-size 64 "
-             "--encoder-layers 1 --decoder-embed-dim 64 --decoder-hidden-size 128 --decoder-layers 1 "
-             "--decoder-out-embed-dim 64 --share-decoder-input-output-embed --dropout 0.5").split()
+LSTM_ARGS = (
+    "--arch lstm --encoder-bidirectional --encoder-embed-dim 64 --encoder-hidden-size 64 "
+    "--encoder-layers 1 --decoder-embed-dim 64 --decoder-hidden-size 128 --decoder-layers 1 "
+    "--decoder-out-embed-dim 64 --share-decoder-input-output-embed --dropout 0.5"
+).split()
 
 
 def all_presets():
@@ -54,13 +57,39 @@ def ensure_copy_data(root: Path) -> Path:
 
 # -- training ----------------------------------------------------------------------------
 
+
 def train_once(data_bin: Path, model_args, updates: int, interval: int):
     """Run fairseq-train in a child process; return (median wps, peak RSS in MiB)."""
-    command = [sys.executable, "-m", "fairseq_cli.train", str(data_bin), "--user-dir", str(PLUGIN_DIR),
-               *model_args, "--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32",
-               "--max-update", str(updates), "--disable-validation", "--no-save", "--no-progress-bar",
-               "--log-format", "json", "--log-interval", str(interval), "--seed", "1",
-               "--required-batch-size-multiple", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        str(data_bin),
+        "--user-dir",
+        str(PLUGIN_DIR),
+        *model_args,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--clip-norm",
+        "5",
+        "--batch-size",
+        "32",
+        "--max-update",
+        str(updates),
+        "--disable-validation",
+        "--no-save",
+        "--no-progress-bar",
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(interval),
+        "--seed",
+        "1",
+        "--required-batch-size-multiple",
+        "1",
+    ]
     with tempfile.TemporaryFile("w+") as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(child.pid, 0)
@@ -68,14 +97,18 @@ def train_once(data_bin: Path, model_args, updates: int, interval: int):
         text = log.read()
     if status != 0:
         raise SystemExit(f"fairseq-train failed for {' '.join(model_args)}:\n{text[-3000:]}")
-    wps = [float(json.loads(line[line.index("{"):])["wps"]) for line in text.splitlines()
-           if "train_inner" in line and "{" in line]
+    wps = [
+        float(json.loads(line[line.index("{") :])["wps"])
+        for line in text.splitlines()
+        if "train_inner" in line and "{" in line
+    ]
     if len(wps) < 2:
         raise SystemExit(f"too few logged intervals ({len(wps)}); raise --updates")
     return statistics.median(wps[1:]), usage.ru_maxrss / 1024
 
 
 # -- decoding ----------------------------------------------------------------------------
+
 
 def digit_dictionary():
     """A fairseq Dictionary of the ten digits (after the special symbols)."""
@@ -136,14 +169,16 @@ def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, repeats=2):
 
 # -- command line ------------------------------------------------------------------------
 
+
 def parse_args(argv=None):
     """The benchmark's options."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", nargs="+", default=None, help="presets to measure (default: all)")
     parser.add_argument("--updates", type=int, default=300, help="training updates per run")
     parser.add_argument("--interval", type=int, default=50, help="fairseq log interval (updates)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="training runs per preset, each paired with an lstm run (median ratio)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="training runs per preset, each paired with an lstm run (median ratio)"
+    )
     parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark", help="where Copy data is prepared")
     parser.add_argument("--skip-decoding", action="store_true")
     parser.add_argument("--skip-training", action="store_true")
@@ -154,18 +189,38 @@ def parse_args(argv=None):
 def print_table(archs, lstm_runs, rows, decoding, decode_sentences: int):
     """The Markdown table of the README: training against the lstm runs, then decoding."""
     print()
-    print(f"| model | words/s | vs lstm | (range) | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
-          f"  (decoding {decode_sentences} sentences at a time)")
+    print(
+        f"| model | words/s | vs lstm | (range) | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
+        f"  (decoding {decode_sentences} sentences at a time)"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     if lstm_runs:
         lstm_wps = statistics.median(r[0] for r in lstm_runs)
-        print(table_row([f"lstm (fairseq, {len(lstm_runs)} runs)", f"{lstm_wps:.0f}", "1.00", "",
-                         f"{max(r[1] for r in lstm_runs):.0f}", "", "", "", ""]))
+        print(
+            table_row(
+                [
+                    f"lstm (fairseq, {len(lstm_runs)} runs)",
+                    f"{lstm_wps:.0f}",
+                    "1.00",
+                    "",
+                    f"{max(r[1] for r in lstm_runs):.0f}",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+        )
     for arch in archs:
         cells = ["", "", "", ""]
         if arch in decoding:
             per = decoding[arch]
-            cells = [f"{per[15] * 1e3:.3f}", f"{per[100] * 1e3:.3f}", f"{per[500] * 1e3:.3f}", f"{per[500] / per[15]:.2f}"]
+            cells = [
+                f"{per[15] * 1e3:.3f}",
+                f"{per[100] * 1e3:.3f}",
+                f"{per[500] * 1e3:.3f}",
+                f"{per[500] / per[15]:.2f}",
+            ]
         train_cells = ["", "", "", ""]
         if arch in rows:
             wps, ratio, low, high, rss = summarize(rows[arch])
@@ -182,8 +237,13 @@ def summarize(pairs):
     """(median words/s, median ratio, lowest and highest ratio, peak MiB) of a preset's
     runs, each given as (its words/s, its peak MiB, the words/s of the lstm run paired with it)."""
     ratios = [wps / reference for wps, _, reference in pairs]
-    return (statistics.median(wps for wps, _, _ in pairs), statistics.median(ratios), min(ratios), max(ratios),
-            max(rss for _, rss, _ in pairs))
+    return (
+        statistics.median(wps for wps, _, _ in pairs),
+        statistics.median(ratios),
+        min(ratios),
+        max(ratios),
+        max(rss for _, rss, _ in pairs),
+    )
 
 
 def main(argv=None):
@@ -195,15 +255,21 @@ def main(argv=None):
     lstm_runs, rows = [], {}
     if not args.skip_training:
         data_bin = ensure_copy_data(args.data)
-        print(f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
-              f"each after an lstm run; torch threads: {torch.get_num_threads()}", flush=True)
-    for arch in ([] if args.skip_training else archs):
+        print(
+            f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
+            f"each after an lstm run; torch threads: {torch.get_num_threads()}",
+            flush=True,
+        )
+    for arch in [] if args.skip_training else archs:
         for _ in range(args.repeats):
             lstm_runs.append(train_once(data_bin, LSTM_ARGS, args.updates, args.interval))
             wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
             rows.setdefault(arch, []).append((wps, rss, lstm_runs[-1][0]))
-            print(f"  {arch:<28} {wps:9.0f} wps ({wps / lstm_runs[-1][0]:4.2f}x the lstm run before it)  "
-                  f"peak {rss:6.0f} MiB", flush=True)
+            print(
+                f"  {arch:<28} {wps:9.0f} wps ({wps / lstm_runs[-1][0]:4.2f}x the lstm run before it)  "
+                f"peak {rss:6.0f} MiB",
+                flush=True,
+            )
     decoding = {}
     if not args.skip_decoding:
         for arch in archs:

@@ -6,6 +6,7 @@ wrong score without a word.
 The ``length_generalization`` task stores both dictionaries' symbols in the checkpoint's task
 state and compares them with its data's when a checkpoint is loaded (fairseq-generate,
 fairseq-monoattn-score, resuming a training)."""
+
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -27,14 +28,17 @@ def first_difference(trained: Sequence[str], data: Sequence[str]) -> str:
     return f"{longer} has {abs(len(trained) - len(data))} more symbols ({len(trained)} against {len(data)})"
 
 
-def check_dictionaries(trained: Dict[str, List[str]], current: Dict[str, List[str]],
-                       files: Dict[str, Optional[Path]]) -> None:
+def check_dictionaries(
+    trained: Dict[str, List[str]], current: Dict[str, List[str]], files: Dict[str, Optional[Path]]
+) -> None:
     """Raise DictionaryMismatch unless every side's symbols (in order) are the same."""
     for side, wanted in trained.items():
         have = current.get(side)
         if have is None or list(have) == list(wanted):
             continue
         where = files.get(side) or f"the {side} dictionary"
-        raise DictionaryMismatch(f"the checkpoint was trained with another {side} dictionary than {where}: "
-                                 f"{first_difference(wanted, have)}; score it on the data it was trained on "
-                                 f"(binarized with the same dict.*.txt)")
+        raise DictionaryMismatch(
+            f"the checkpoint was trained with another {side} dictionary than {where}: "
+            f"{first_difference(wanted, have)}; score it on the data it was trained on "
+            f"(binarized with the same dict.*.txt)"
+        )

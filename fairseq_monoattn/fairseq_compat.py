@@ -17,6 +17,7 @@
    handler for the same file, so the n-th epoch's lines are written n times.  One handler
    per file is kept.
 """
+
 import argparse
 import functools
 import logging
@@ -41,8 +42,13 @@ def allow_fairseq_checkpoints():
 def drops_last_batch(batch_by_size) -> bool:
     """Whether ``batch_by_size`` loses examples when the last batch is not a multiple of
     required_batch_size_multiple (10 examples, batches of at most 8, multiple 8)."""
-    batches = batch_by_size(np.arange(10, dtype=np.int64), None, num_tokens_vec=np.ones(10, dtype=np.int64),
-                            max_sentences=8, required_batch_size_multiple=8)
+    batches = batch_by_size(
+        np.arange(10, dtype=np.int64),
+        None,
+        num_tokens_vec=np.ones(10, dtype=np.int64),
+        max_sentences=8,
+        required_batch_size_multiple=8,
+    )
     return sum(len(b) for b in batches) < 10
 
 
@@ -52,10 +58,24 @@ def keep_last_batch():
         return
 
     @functools.wraps(original)
-    def batch_by_size(indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None, max_sentences=None,
-                      required_batch_size_multiple=1, fixed_shapes=None):
-        batches = original(indices, num_tokens_fn, num_tokens_vec, max_tokens, max_sentences,
-                           required_batch_size_multiple, fixed_shapes)
+    def batch_by_size(
+        indices,
+        num_tokens_fn,
+        num_tokens_vec=None,
+        max_tokens=None,
+        max_sentences=None,
+        required_batch_size_multiple=1,
+        fixed_shapes=None,
+    ):
+        batches = original(
+            indices,
+            num_tokens_fn,
+            num_tokens_vec,
+            max_tokens,
+            max_sentences,
+            required_batch_size_multiple,
+            fixed_shapes,
+        )
         indices = np.asarray(indices, dtype=np.int64)
         batched = sum(len(b) for b in batches)
         if fixed_shapes is None and batched < len(indices):

@@ -5,6 +5,7 @@ truncation).  Edit distance: the Levenshtein distance between output and target 
 excluded; unit costs, no transpositions), the value NLTK's ``edit_distance`` gives, as in the
 paper's appendix.
 """
+
 from dataclasses import asdict, dataclass
 from typing import Dict, Hashable, List, Sequence
 
@@ -71,8 +72,9 @@ def greedy_generator(models, target_dictionary, max_len_a: float = 0.0, max_len_
     at max_len_a * source length + max_len_b tokens (then EOS is forced)."""
     from fairseq.sequence_generator import SequenceGenerator
 
-    return SequenceGenerator(models, target_dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b,
-                             min_len=0)
+    return SequenceGenerator(
+        models, target_dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b, min_len=0
+    )
 
 
 def greedy_hypotheses(generator, models, sample) -> List[List[int]]:
@@ -91,6 +93,7 @@ class Tally:
     reading failure: ``cut_short``, every token right but EOS too early (the output is a
     proper prefix of the target), and ``overran``, the whole target and then more tokens, or
     no EOS at all (the target is a prefix of the output)."""
+
     size: int = 0
     correct: int = 0
     edit_distance: int = 0
@@ -105,9 +108,9 @@ class Tally:
                 continue
             output, wanted = without_eos(hypothesis, eos), without_eos(target, eos)
             self.edit_distance += levenshtein(output, wanted)
-            if len(output) < len(wanted) and wanted[:len(output)] == output:
+            if len(output) < len(wanted) and wanted[: len(output)] == output:
                 self.cut_short += 1
-            elif output[:len(wanted)] == wanted:
+            elif output[: len(wanted)] == wanted:
                 self.overran += 1
 
     @property

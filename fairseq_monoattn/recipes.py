@@ -18,6 +18,7 @@ only the time.
 Recipes by name (``recipe_options``): ``paper``; ``paper-teacher-forced`` (the release's
 checkpoint selection); ``paper-cfq`` (the paper's CFQ setup: its model size and batches of 128).
 """
+
 from typing import Dict, List, Union
 
 # The length_generalization task's own defaults for the options that change training (the task's
@@ -25,24 +26,56 @@ from typing import Dict, List, Union
 TASK_DEFAULTS: Dict[str, Union[str, int]] = {"train_batches": "sorted", "stop_after_perfect": 0}
 
 OPTIMIZATION = [
-    "--optimizer", "adam", "--lr", "1e-3", "--weight-decay", "0", "--clip-norm", "5",
-    "--batch-size", "32", "--required-batch-size-multiple", "1", "--batch-size-valid", "256",
-    "--train-batches", "random",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--weight-decay",
+    "0",
+    "--clip-norm",
+    "5",
+    "--batch-size",
+    "32",
+    "--required-batch-size-multiple",
+    "1",
+    "--batch-size-valid",
+    "256",
+    "--train-batches",
+    "random",
 ]
 SCHEDULE = [
-    "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "4",
-    "--max-epoch", "100", "--patience", "50",
+    "--lr-scheduler",
+    "reduce_lr_on_plateau",
+    "--lr-shrink",
+    "0.5",
+    "--lr-patience",
+    "4",
+    "--max-epoch",
+    "100",
+    "--patience",
+    "50",
 ]
 SELECTION = [
-    "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
-    "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+    "--task",
+    "length_generalization",
+    "--criterion",
+    "seq_acc",
+    "--eval-accuracy",
+    "--best-checkpoint-metric",
+    "accuracy",
+    "--maximize-best-checkpoint-metric",
 ]
 PAPER_RECIPE: List[str] = OPTIMIZATION + SCHEDULE + SELECTION
 
 # The selector of the authors' release: teacher-forced exact match from the criterion, no decoding.
 TEACHER_FORCED_SELECTION: List[str] = [
-    "--task", "length_generalization", "--criterion", "seq_acc",
-    "--best-checkpoint-metric", "exact_match", "--maximize-best-checkpoint-metric",
+    "--task",
+    "length_generalization",
+    "--criterion",
+    "seq_acc",
+    "--best-checkpoint-metric",
+    "exact_match",
+    "--maximize-best-checkpoint-metric",
 ]
 PAPER_RECIPE_TEACHER_FORCED: List[str] = OPTIMIZATION + SCHEDULE + TEACHER_FORCED_SELECTION
 
@@ -51,8 +84,16 @@ PAPER_RECIPE_TEACHER_FORCED: List[str] = OPTIMIZATION + SCHEDULE + TEACHER_FORCE
 # encodings and batches of 128 (the release's CFQ configuration).  The model size rides with the
 # recipe because the paper gives it for the dataset, not for a model: every preset takes it.
 CFQ_MODEL_SIZE: List[str] = [
-    "--encoder-embed-dim", "128", "--decoder-embed-dim", "128", "--encoder-hidden-size", "128",
-    "--encoder-layers", "2", "--dropout", "0.4",
+    "--encoder-embed-dim",
+    "128",
+    "--decoder-embed-dim",
+    "128",
+    "--encoder-hidden-size",
+    "128",
+    "--encoder-layers",
+    "2",
+    "--dropout",
+    "0.4",
 ]
 
 

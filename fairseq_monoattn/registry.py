@@ -35,6 +35,7 @@ model config holds the chosen *names*; they are checked against the registries w
 is built, so an entry registered by a user's own package (imported through ``--user-dir``)
 is accepted by fairseq-train, fairseq-hydra-train, fairseq-generate and the plugin's commands.
 """
+
 import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -47,6 +48,7 @@ class UnknownChoice(ValueError):
 
 
 # --- the interfaces ---------------------------------------------------------------------------
+
 
 class Scorer(nn.Module):
     """Content scores of the decoder's query against the keys, before the softmax.
@@ -94,6 +96,7 @@ class FocusNormalization(nn.Module):
 
 
 # --- registries -------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
@@ -169,8 +172,10 @@ class Registry:
                         raise ValueError(f"{settings.__name__}.{f.name}: the model has an option of that name")
                     known = ENTRY_OPTIONS.get(f.name)
                     if known is not None and not _same_field(known, f):
-                        raise ValueError(f"{settings.__name__}.{f.name}: another entry declares the option "
-                                         f"{f.name!r} with another type or default")
+                        raise ValueError(
+                            f"{settings.__name__}.{f.name}: another entry declares the option "
+                            f"{f.name!r} with another type or default"
+                        )
                 for f in dataclasses.fields(settings):
                     ENTRY_OPTIONS.setdefault(f.name, f)
             self.entries[name] = Entry(name, cls, settings)
@@ -225,8 +230,21 @@ def entry_options_read(choices: Mapping[str, str]) -> set:
 
 
 __all__ = [
-    "Scorer", "StepActivation", "ReferencePosition", "FocusNormalization", "Registry", "Entry", "UnknownChoice",
-    "SCORERS", "STEP_ACTIVATIONS", "REFERENCES", "NORMALIZATIONS", "REGISTRIES",
-    "register_scorer", "register_step_activation", "register_reference", "register_normalization",
+    "Scorer",
+    "StepActivation",
+    "ReferencePosition",
+    "FocusNormalization",
+    "Registry",
+    "Entry",
+    "UnknownChoice",
+    "SCORERS",
+    "STEP_ACTIVATIONS",
+    "REFERENCES",
+    "NORMALIZATIONS",
+    "REGISTRIES",
+    "register_scorer",
+    "register_step_activation",
+    "register_reference",
+    "register_normalization",
     "on_registration",
 ]

@@ -7,6 +7,7 @@ cross-attention is on the split's targets (the attention peak).
 
 The metrics themselves are defined once in :mod:`fairseq_monoattn.metrics`.
 """
+
 import json
 import logging
 import os
@@ -87,7 +88,8 @@ def load_checkpoint(checkpoint, data_bin, user_dir=None):
     state = read_checkpoint(checkpoint, {"data": str(data_bin)})
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [str(checkpoint)], arg_overrides={"data": str(data_bin)}, state=state)
+            [str(checkpoint)], arg_overrides={"data": str(data_bin)}, state=state
+        )
     except DictionaryMismatch as error:
         raise CheckpointError(f"{checkpoint} does not fit {data_bin}: {error}") from None
     except (RuntimeError, KeyError, ValueError) as error:
@@ -122,8 +124,9 @@ class GateTally(PerExampleTally):
     def as_dict(self) -> Optional[Dict[str, object]]:
         summary = super().as_dict()
         if summary is not None:
-            summary.update(forward_share=sum(v > 0.5 for v in self.values) / len(self.values),
-                           applies_to=GATE_APPLIES_TO)
+            summary.update(
+                forward_share=sum(v > 0.5 for v in self.values) / len(self.values), applies_to=GATE_APPLIES_TO
+            )
         return summary
 
 
@@ -163,12 +166,17 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
         max_output_len = 2 * int(max(dataset.tgt_sizes)) + 10
     generator = greedy_generator(models, task.target_dictionary, max_len_b=max_output_len)
     batches = task.get_batch_iterator(
-        dataset=dataset, max_sentences=batch_size, max_positions=None, ignore_invalid_inputs=False,
-        required_batch_size_multiple=1, seed=1, num_workers=0,
+        dataset=dataset,
+        max_sentences=batch_size,
+        max_positions=None,
+        ignore_invalid_inputs=False,
+        required_batch_size_multiple=1,
+        seed=1,
+        num_workers=0,
     ).next_epoch_itr(shuffle=False)
     pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
     tally, gates, peaks, found = Tally(), GateTally(), AttentionPeakTally(), {}
-    for sample in (progress(batches) if progress else batches):
+    for sample in progress(batches) if progress else batches:
         with torch.no_grad():
             hypotheses = greedy_hypotheses(generator, models, sample)
             extra = teacher_forced_extra(models[0], sample)
@@ -182,8 +190,9 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
             found[example_id] = hypothesis
     if len(found) != len(dataset):
         missing = sorted(set(range(len(dataset))) - set(found))[:10]
-        raise RuntimeError(f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded "
-                           f"(first ids: {missing})")
+        raise RuntimeError(
+            f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded (first ids: {missing})"
+        )
     return tally, found, max_output_len, gates.as_dict(), peaks.as_dict()
 
 
@@ -209,15 +218,17 @@ def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> d
         state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides)
     except Exception as error:  # torch's unpickler raises many kinds for a damaged file
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{checkpoint}: cannot read it as a checkpoint ({type(error).__name__}: "
-                              f"{first[:200]})") from None
+        raise CheckpointError(
+            f"{checkpoint}: cannot read it as a checkpoint ({type(error).__name__}: {first[:200]})"
+        ) from None
     if not isinstance(state, dict) or "model" not in state or ("cfg" not in state and "args" not in state):
         raise CheckpointError(f"{checkpoint}: not a fairseq checkpoint (no model and configuration)")
     return state
 
 
-def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, predictions=False, force=False,
-          user_dir=None):
+def score(
+    checkpoint, data, splits, out, batch_size=64, max_output_len=None, predictions=False, force=False, user_dir=None
+):
     """Score ``splits`` of ``checkpoint`` and write ``out`` (JSON; never over an existing file
     unless ``force``).  Returns {split: {size, correct, accuracy, mean_edit_distance, ...}}.
     Every input is checked before decoding starts; nothing is written unless every split is
@@ -232,19 +243,25 @@ def score(checkpoint, data, splits, out, batch_size=64, max_output_len=None, pre
     for split in splits:
         start = time.time()
 
-        def bar(batches):
-            return tqdm(batches, desc=f"decoding {split}", leave=False, file=sys.stderr,
-                        disable=not sys.stderr.isatty())
+        def bar(batches, split=split):
+            return tqdm(
+                batches, desc=f"decoding {split}", leave=False, file=sys.stderr, disable=not sys.stderr.isatty()
+            )
 
-        tally, hypotheses, limit, gate, peak = score_split(models, task, split, batch_size, max_output_len,
-                                                           progress=bar)
-        results[split] = dict(tally.as_dict(), max_output_len=limit, direction_gate=gate, attention_peak=peak,
-                              seconds=round(time.time() - start, 1))
+        tally, hypotheses, limit, gate, peak = score_split(
+            models, task, split, batch_size, max_output_len, progress=bar
+        )
+        results[split] = dict(
+            tally.as_dict(),
+            max_output_len=limit,
+            direction_gate=gate,
+            attention_peak=peak,
+            seconds=round(time.time() - start, 1),
+        )
         if predictions:
             lines = [task.target_dictionary.string(hypotheses[i]) for i in range(len(hypotheses))]
             (out.parent / f"{out.stem}.{split}.txt").write_text("".join(line + "\n" for line in lines))
-    write_json_atomic(out, {"checkpoint": str(checkpoint), "data": str(data), "decoding": "greedy",
-                            "splits": results})
+    write_json_atomic(out, {"checkpoint": str(checkpoint), "data": str(data), "decoding": "greedy", "splits": results})
     return results
 
 
@@ -253,13 +270,17 @@ def table(scores) -> str:
     the model has them."""
     gated = any(s.get("direction_gate") for s in scores.values())
     peaked = any(s.get("attention_peak") for s in scores.values())
-    rows = ["| split | size | accuracy % | mean edit distance | wrong: cut short | wrong: overran |"
-            + (" direction gate g (mean; forward share) |" if gated else "")
-            + (" attention peak (mean) |" if peaked else ""),
-            "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gated else "") + (" ---: |" if peaked else "")]
+    rows = [
+        "| split | size | accuracy % | mean edit distance | wrong: cut short | wrong: overran |"
+        + (" direction gate g (mean; forward share) |" if gated else "")
+        + (" attention peak (mean) |" if peaked else ""),
+        "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gated else "") + (" ---: |" if peaked else ""),
+    ]
     for split, s in scores.items():
-        row = (f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} "
-               f"| {s['cut_short']} | {s['overran']} |")
+        row = (
+            f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} "
+            f"| {s['cut_short']} | {s['overran']} |"
+        )
         if gated:
             gate = s.get("direction_gate")
             row += f" {gate['mean']:.3f}; {100 * gate['forward_share']:.0f}% |" if gate else " |"
@@ -269,9 +290,13 @@ def table(scores) -> str:
         rows.append(row)
     if gated:
         rows.append(f"\nThe direction gate applies to the {GATE_APPLIES_TO} (g = 1: forward, 0: reversed).")
-    rows.append(("" if gated else "\n")  # a blank line ends the table
-                + "Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS).")
+    rows.append(
+        ("" if gated else "\n")  # a blank line ends the table
+        + "Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS)."
+    )
     if peaked:
-        rows.append("Attention peak: the largest cross-attention weight of each output step on the target, averaged "
-                    "(1: each step reads one source position).")
+        rows.append(
+            "Attention peak: the largest cross-attention weight of each output step on the target, averaged "
+            "(1: each step reads one source position)."
+        )
     return "\n".join(rows)

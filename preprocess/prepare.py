@@ -5,6 +5,7 @@
 The same command is installed as ``fairseq-monoattn-prepare``; the code is
 ``fairseq_monoattn.cli.prepare`` over ``fairseq_monoattn.data``.
 """
+
 import sys
 
 from fairseq_monoattn.cli.prepare import main

@@ -1,4 +1,5 @@
 """Shared test setup: each prepared data set made once."""
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 @dataclass
 class Prepared:
     """An output folder written by fairseq_monoattn.data.prepare.prepare, and its manifest."""
+
     out: Path
     manifest: dict
 
@@ -16,8 +18,7 @@ class Prepared:
 
     def pairs(self, split: str):
         """[(source tokens, target tokens)] of one split, read back from raw/."""
-        return [(src.split(), tgt.split())
-                for src, tgt in zip(self.lines(split, "src"), self.lines(split, "tgt"))]
+        return [(src.split(), tgt.split()) for src, tgt in zip(self.lines(split, "src"), self.lines(split, "tgt"))]
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ fairseq writes checkpoints from rank 0 only.  This runs fairseq_cli.train.main a
 fairseq-train does, records the Trainer it creates, and saves that trainer's model
 state_dict at the end, so that a test can compare the ranks.
 """
+
 import sys
 
 import torch

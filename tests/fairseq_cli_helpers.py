@@ -1,4 +1,5 @@
 """Run fairseq's own command-line entry points in this process (fast) or as real commands."""
+
 import contextlib
 import io
 import os
@@ -57,7 +58,8 @@ def hypotheses(lines):
 
 def run_command(name, *argv, cwd=None):
     """A real console script from this environment (fairseq-train, fairseq-generate, ...)."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    # one thread: a training beside other work on a small machine spins against it with two
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     result = subprocess.run([str(BIN / name), *argv], cwd=cwd, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")

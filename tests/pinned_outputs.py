@@ -20,13 +20,13 @@ changes ``parameter_names`` only (and checkpoints need the old name mapped on lo
 
 Regenerate only for a change that is meant to change a function, and say so in the commit.
 """
+
 import argparse
 import json
 import sys
 from pathlib import Path
 
 import torch
-
 from model_helpers import batch, build, digit_dictionary
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "pinned_outputs.json"
@@ -42,14 +42,34 @@ EXTRA = [
     ("onestep-direct-heads", "gru_onestep", {"location_projection": False, "linear_init": "pytorch"}),
     ("locattn-per-head-pytorch", "gru_locattn", {"location_head_init": "per-head", "linear_init": "pytorch"}),
     ("mono-trainable-gate", "gru_monoattn", {"mono_gate_init": 0.0}),
-    ("mix-relative-gated", "gru_mix_onestep", {"attention_scoring": "relative", "reference": "gated",
-                                               "mix_temperature": 5.0}),
+    (
+        "mix-relative-gated",
+        "gru_mix_onestep",
+        {"attention_scoring": "relative", "reference": "gated", "mix_temperature": 5.0},
+    ),
     ("mix-rotary-pr", "gru_mix_monoattn_pr", {"attention_scoring": "rotary"}),
-    ("two-layers-shared", "gru_mix_locattn_s", {"encoder_layers": 2, "decoder_layers": 2,
-                                                "share_all_embeddings": True, "source_eos": True,
-                                                "embedding_init": "scaled-normal", "boundary_init": "normal"}),
-    ("wider-decoder", "gru_content", {"decoder_hidden_size": 96, "attention_dim": 48, "decoder_dropout": 0.3,
-                                      "share_decoder_input_output_embed": False}),
+    (
+        "two-layers-shared",
+        "gru_mix_locattn_s",
+        {
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "share_all_embeddings": True,
+            "source_eos": True,
+            "embedding_init": "scaled-normal",
+            "boundary_init": "normal",
+        },
+    ),
+    (
+        "wider-decoder",
+        "gru_content",
+        {
+            "decoder_hidden_size": 96,
+            "attention_dim": 48,
+            "decoder_dropout": 0.3,
+            "share_decoder_input_output_embed": False,
+        },
+    ),
 ]
 
 

@@ -1,5 +1,6 @@
 """Attention pictures: the library's matrix and labels, the PNG command, and the diagonal
 that a trained OneStep model draws on Copy."""
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -8,20 +9,37 @@ import pytest
 import torch
 from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
+from fairseq_cli_helpers import train, write_copy_dataset
+from model_helpers import build, digit_dictionary
 from PIL import Image
 
-from fairseq_cli_helpers import train, write_copy_dataset
 from fairseq_monoattn import attention_plots
-from fairseq_monoattn.cli import plot_attention
 from fairseq_monoattn.attention_maps import AttentionMapError, LoadedModel, attention_map, load_checkpoint
-from model_helpers import build, digit_dictionary
+from fairseq_monoattn.cli import plot_attention
 
 HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
 # the source </s> kept, so that the columns are START, tokens, </s>, END (the presets drop it;
 # test_without_source_eos_the_columns_have_no_eos covers that layout)
-TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--seed", "1",
-         "--no-progress-bar", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
-         "--no-save-optimizer-state", "--source-eos", "True"]
+TRAIN = [
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--clip-norm",
+    "5",
+    "--batch-size",
+    "32",
+    "--seed",
+    "1",
+    "--no-progress-bar",
+    "--num-workers",
+    "0",
+    "--disable-validation",
+    "--no-epoch-checkpoints",
+    "--no-save-optimizer-state",
+    "--source-eos",
+    "True",
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +71,7 @@ def onestep(checkpoints, copy_data):
 
 # -- the library ---------------------------------------------------------------------------
 
+
 def test_matrix_is_the_models_attention_for_that_input(onestep):
     result = attention_map(onestep, "4 7 9 8")
     model, src_dict, tgt_dict = onestep.model, onestep.task.source_dictionary, onestep.task.target_dictionary
@@ -63,7 +82,7 @@ def test_matrix_is_the_models_attention_for_that_input(onestep):
     src_tokens = data_utils.collate_tokens(sources, src_dict.pad(), left_pad=True)
     with torch.no_grad():
         _, extra = model(src_tokens, torch.tensor([len(s) for s in sources]), prev)
-    expected = extra["attention"][0, :, :4 + 3].numpy()
+    expected = extra["attention"][0, :, : 4 + 3].numpy()
     assert result.matrix.shape == (len(output), 7)
     np.testing.assert_allclose(result.matrix, expected, atol=1e-6)
     np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-5)
@@ -189,6 +208,7 @@ def test_no_direction_without_a_gate():
 
 # -- the command -----------------------------------------------------------------------------
 
+
 def png_size(path):
     with Image.open(path) as image:
         assert image.format == "PNG"
@@ -200,9 +220,22 @@ def test_the_installed_command_exits_0_after_writing_the_png(checkpoints, copy_d
     import sys
 
     out = tmp_path / "attention.png"
-    done = subprocess.run([str(Path(sys.executable).parent / "fairseq-monoattn-plot-attention"), "--checkpoint",
-                           str(checkpoints["gru_onestep"]), "--data", str(copy_data), "--source", "4 7 9",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "fairseq-monoattn-plot-attention"),
+            "--checkpoint",
+            str(checkpoints["gru_onestep"]),
+            "--data",
+            str(copy_data),
+            "--source",
+            "4 7 9",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert png_size(out)[0] > 0 and f"wrote {out}" in done.stdout
     assert done.stderr == ""  # no return value dumped
@@ -210,17 +243,44 @@ def test_the_installed_command_exits_0_after_writing_the_png(checkpoints, copy_d
 
 def test_cli_writes_a_png_of_the_expected_size(checkpoints, copy_data, tmp_path, capsys):
     out = tmp_path / "attention.png"
-    (result,) = plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
-                                     "--source", "4 7 9 8", "--out", str(out), "--title", "Copy"])
+    (result,) = plot_attention.plot(
+        [
+            "--checkpoint",
+            str(checkpoints["gru_onestep"]),
+            "--data",
+            str(copy_data),
+            "--source",
+            "4 7 9 8",
+            "--out",
+            str(out),
+            "--title",
+            "Copy",
+        ]
+    )
     assert png_size(out) == attention_plots.expected_pixels([result.matrix.shape])
     assert f"greedy output: {result.hypothesis}" in capsys.readouterr().out
 
 
 def test_cli_grid_of_two_checkpoints(checkpoints, copy_data, tmp_path):
     out = tmp_path / "grid.png"
-    results = plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), str(checkpoints["gru_content"]),
-                                   "--labels", "OneStep", "Content", "--data", str(copy_data),
-                                   "--source", HELD_OUT, "--target", HELD_OUT, "--out", str(out)])
+    results = plot_attention.plot(
+        [
+            "--checkpoint",
+            str(checkpoints["gru_onestep"]),
+            str(checkpoints["gru_content"]),
+            "--labels",
+            "OneStep",
+            "Content",
+            "--data",
+            str(copy_data),
+            "--source",
+            HELD_OUT,
+            "--target",
+            HELD_OUT,
+            "--out",
+            str(out),
+        ]
+    )
     assert [r.architecture for r in results] == ["gru_onestep", "gru_content"]
     shapes = [r.matrix.shape for r in results]
     assert shapes == [(13, 15), (13, 15)]
@@ -231,8 +291,16 @@ def test_cli_grid_of_two_checkpoints(checkpoints, copy_data, tmp_path):
 def test_cli_refuses_an_existing_out_unless_forced(checkpoints, copy_data, tmp_path, capsys):
     out = tmp_path / "attention.png"
     out.write_bytes(b"keep me")
-    argv = ["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data), "--source", "4 7",
-            "--out", str(out)]
+    argv = [
+        "--checkpoint",
+        str(checkpoints["gru_onestep"]),
+        "--data",
+        str(copy_data),
+        "--source",
+        "4 7",
+        "--out",
+        str(out),
+    ]
     with pytest.raises(SystemExit):
         plot_attention.plot(argv)
     assert "--out exists" in capsys.readouterr().err and out.read_bytes() == b"keep me"
@@ -246,8 +314,18 @@ def test_cli_errors(checkpoints, copy_data, tmp_path, capsys):
         plot_attention.plot(["--checkpoint", str(tmp_path / "missing.pt"), *base])
     assert "checkpoint not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), "--data", str(copy_data),
-                             "--source", "4 q 7", "--out", str(tmp_path / "a.png")])
+        plot_attention.plot(
+            [
+                "--checkpoint",
+                str(checkpoints["gru_onestep"]),
+                "--data",
+                str(copy_data),
+                "--source",
+                "4 q 7",
+                "--out",
+                str(tmp_path / "a.png"),
+            ]
+        )
     assert "'q'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         plot_attention.plot(["--checkpoint", str(checkpoints["gru_onestep"]), "--labels", "A", "B", *base])

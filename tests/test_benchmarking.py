@@ -1,4 +1,5 @@
 """The speed benchmark's arithmetic, with scripted runs in place of fairseq-train."""
+
 import pytest
 
 from fairseq_monoattn import benchmarking
@@ -7,9 +8,16 @@ from fairseq_monoattn import benchmarking
 def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_before_it(monkeypatch, capsys):
     """The machine speeds up fourfold during the invocation: ratios to the paired lstm run stay
     0.9, 0.8, 0.8 (median 0.80), where the preset's median words/s over the lstm's median would say 0.90."""
-    scripted = iter([(1000.0, 400.0), (900.0, 410.0),   # (words/s, peak MiB): lstm, then preset
-                     (1000.0, 401.0), (800.0, 420.0),
-                     (4000.0, 402.0), (3200.0, 415.0)])
+    scripted = iter(
+        [
+            (1000.0, 400.0),
+            (900.0, 410.0),  # (words/s, peak MiB): lstm, then preset
+            (1000.0, 401.0),
+            (800.0, 420.0),
+            (4000.0, 402.0),
+            (3200.0, 415.0),
+        ]
+    )
     commands = []
 
     def train_once(data_bin, model_args, updates, interval):

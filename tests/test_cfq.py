@@ -1,4 +1,5 @@
 """CFQ: conversion of the official 10-example sample, release layouts, streaming reader."""
+
 import io
 import json
 import tarfile
@@ -7,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_monoattn.data.cfq import (build_cfq, iter_json_array, preprocess_question, preprocess_sparql,
-                            read_pairs)
+from fairseq_monoattn.data.cfq import build_cfq, iter_json_array, preprocess_question, preprocess_sparql, read_pairs
 from fairseq_monoattn.data.common import DataError
 
 SAMPLE = Path(__file__).resolve().parent / "fixtures" / "cfq"  # the official 10-example sample
@@ -21,23 +21,27 @@ RECORD_0 = (
     "?x0 film.actor.film/ns:film.performance.character M1 . "
     "?x0 film.editor.film M0 . "
     "?x0 film.producer.film|ns:film.production_company.films M0 . "
-    "?x0 people.person.gender m_02zsn }")
+    "?x0 people.person.gender m_02zsn }",
+)
 RECORD_5 = (
     "Did M1 ' s Spanish executive producer edit M0",
     "SELECT count ( * ) WHERE { ?x0 film.editor.film M0 . "
     "?x0 film.producer.films_executive_produced M1 . "
-    "?x0 people.person.nationality m_06mkj }")
+    "?x0 people.person.nationality m_06mkj }",
+)
 RECORD_8_SOURCE = "Did M3 ' s cinematographer and star edit , direct , and write M0 , M1 , and M2"
 
 
 def test_question_and_sparql_rules():
-    assert preprocess_question("What  is M0's\tname,  (really)?") == \
-        "What is M0 ' s name , ( really ) ?"
-    assert preprocess_sparql("SELECT DISTINCT ?x0 WHERE {\n?x0 a ns:m.0jsg2m .\n"
-                             "M1 ns:film.film.edited_by ?x0\n}") == \
-        "SELECT DISTINCT ?x0 WHERE { ?x0 a m_0jsg2m . M1 film.film.edited_by ?x0 }"
-    assert preprocess_sparql("SELECT count(*) WHERE {\n?x0 ns:a.b/ns:c.d M0\n}") == \
-        "SELECT count ( * ) WHERE { ?x0 a.b/ns:c.d M0 }"
+    assert preprocess_question("What  is M0's\tname,  (really)?") == "What is M0 ' s name , ( really ) ?"
+    assert (
+        preprocess_sparql("SELECT DISTINCT ?x0 WHERE {\n?x0 a ns:m.0jsg2m .\nM1 ns:film.film.edited_by ?x0\n}")
+        == "SELECT DISTINCT ?x0 WHERE { ?x0 a m_0jsg2m . M1 film.film.edited_by ?x0 }"
+    )
+    assert (
+        preprocess_sparql("SELECT count(*) WHERE {\n?x0 ns:a.b/ns:c.d M0\n}")
+        == "SELECT count ( * ) WHERE { ?x0 a.b/ns:c.d M0 }"
+    )
 
 
 def test_sample_conversion_and_split_sizes():
@@ -72,9 +76,11 @@ def add_member(tar, name, data: bytes):
 
 def fake_release(path: Path, split_first: bool) -> Path:
     """A cfq1.1.tar.gz with the real layout, from the sample and a made-up split."""
-    members = [("cfq/splits/query_complexity_split.json", json.dumps(QUERY_COMPLEXITY).encode()),
-               ("cfq/splits/random_split.json", json.dumps({"trainIdxs": [0]}).encode()),
-               ("cfq/dataset.json", (SAMPLE / "dataset.json").read_bytes())]
+    members = [
+        ("cfq/splits/query_complexity_split.json", json.dumps(QUERY_COMPLEXITY).encode()),
+        ("cfq/splits/random_split.json", json.dumps({"trainIdxs": [0]}).encode()),
+        ("cfq/dataset.json", (SAMPLE / "dataset.json").read_bytes()),
+    ]
     if not split_first:
         members.reverse()
     with tarfile.open(path, "w:gz") as tar:
@@ -120,6 +126,7 @@ def test_archive_without_the_split_is_refused(tmp_path):
 
 # --- errors ---------------------------------------------------------------------------------
 
+
 def record(question="Did M0 edit M1", query="SELECT count(*) WHERE {\n?x0 ns:a M1\n}"):
     return {"questionPatternModEntities": question, "sparqlPatternModEntities": query}
 
@@ -135,8 +142,7 @@ SMALL_SPLIT = {"trainIdxs": [0], "devIdxs": [1], "testIdxs": [2]}
 
 
 def test_index_out_of_range(tmp_path):
-    folder = write_folder(tmp_path, json.dumps([record()] * 3),
-                          {"trainIdxs": [0], "devIdxs": [1], "testIdxs": [3]})
+    folder = write_folder(tmp_path, json.dumps([record()] * 3), {"trainIdxs": [0], "devIdxs": [1], "testIdxs": [3]})
     with pytest.raises(DataError, match=r"testIdxs has index 3.*has 3 records") as error:
         build_cfq(0, folder)
     assert str(error.value).startswith(str(folder / "split.json"))
@@ -150,22 +156,26 @@ def test_missing_field(tmp_path):
 
 
 def test_duplicate_field(tmp_path):
-    text = ('[{"questionPatternModEntities": "a", "sparqlPatternModEntities": "b"},\n'
-            ' {"questionPatternModEntities": "a", "questionPatternModEntities": "c",'
-            ' "sparqlPatternModEntities": "b"}]')
+    text = (
+        '[{"questionPatternModEntities": "a", "sparqlPatternModEntities": "b"},\n'
+        ' {"questionPatternModEntities": "a", "questionPatternModEntities": "c",'
+        ' "sparqlPatternModEntities": "b"}]'
+    )
     folder = write_folder(tmp_path, text, SMALL_SPLIT)
-    with pytest.raises(DataError, match="record 1 has the field questionPatternModEntities "
-                                        "more than once") as error:
+    with pytest.raises(DataError, match="record 1 has the field questionPatternModEntities more than once") as error:
         build_cfq(0, folder)
     assert str(error.value).startswith(str(folder / "dataset.json"))
 
 
-@pytest.mark.parametrize("text, where", [
-    ('[{"questionPatternModEntities": "a", "sparqlPatternModEntities": "b"}, {"ques', "record 1"),
-    ('[{"questionPatternModEntities": "a" "sparqlPatternModEntities": "b"}]', "record 0"),
-    ('[{"questionPatternModEntities": "a", "sparqlPatternModEntities": "b"} {}]', "record 1"),
-    ('{"questionPatternModEntities": "a"}', "record 0"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ('[{"questionPatternModEntities": "a", "sparqlPatternModEntities": "b"}, {"ques', "record 1"),
+        ('[{"questionPatternModEntities": "a" "sparqlPatternModEntities": "b"}]', "record 0"),
+        ('[{"questionPatternModEntities": "a", "sparqlPatternModEntities": "b"} {}]', "record 1"),
+        ('{"questionPatternModEntities": "a"}', "record 0"),
+    ],
+)
 def test_malformed_json_names_file_record_and_offset(tmp_path, text, where):
     folder = write_folder(tmp_path, text, SMALL_SPLIT)
     with pytest.raises(DataError, match=f"malformed JSON at {where}, character offset") as error:
@@ -180,6 +190,7 @@ def test_malformed_split_file(tmp_path):
 
 
 # --- streaming ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("chunk_size", [1, 3, 7, 64, 100_000])
 def test_records_split_across_chunks(chunk_size):
@@ -200,10 +211,12 @@ def test_multibyte_characters_split_across_chunks():
 
 def synthetic_dataset(records: int) -> bytes:
     """A dataset.json shaped like the release: needed fields among bulky unused ones."""
-    padding = {"complexityMeasures": {"parseTreeLeafCount": 7}, "question": "q " * 400,
-               "sparql": "SELECT ?x0 WHERE { ?x0 ns:a M0 } " * 40}
-    parts = [json.dumps({**padding, **record(question=f"Did M{i} edit M0")}, indent=2)
-             for i in range(records)]
+    padding = {
+        "complexityMeasures": {"parseTreeLeafCount": 7},
+        "question": "q " * 400,
+        "sparql": "SELECT ?x0 WHERE { ?x0 ns:a M0 } " * 40,
+    }
+    parts = [json.dumps({**padding, **record(question=f"Did M{i} edit M0")}, indent=2) for i in range(records)]
     return ("[\n" + ",\n".join(parts) + "\n]\n").encode()
 
 
@@ -213,8 +226,7 @@ def test_streaming_memory_is_bounded(tmp_path):
     wanted = {0, 1234, 2999}
     tracemalloc.start()
     try:
-        pairs, count = read_pairs(io.BytesIO(data), "synthetic", wanted.__contains__,
-                                  chunk_size=1 << 16)
+        pairs, count = read_pairs(io.BytesIO(data), "synthetic", wanted.__contains__, chunk_size=1 << 16)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -226,8 +238,7 @@ def test_streaming_memory_is_bounded(tmp_path):
 def test_build_from_a_large_folder_keeps_only_the_splits(tmp_path, monkeypatch):
     data = synthetic_dataset(3000)
     (tmp_path / "dataset.json").write_bytes(data)
-    (tmp_path / "split.json").write_text(json.dumps(
-        {"trainIdxs": [5, 3], "devIdxs": [2999], "testIdxs": [0]}))
+    (tmp_path / "split.json").write_text(json.dumps({"trainIdxs": [5, 3], "devIdxs": [2999], "testIdxs": [0]}))
     monkeypatch.setattr("fairseq_monoattn.data.cfq.CHUNK_SIZE", 1 << 16)
     tracemalloc.start()
     try:

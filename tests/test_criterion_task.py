@@ -1,6 +1,7 @@
 """--criterion seq_acc and --task length_generalization: exact values on hand-made batches,
 sums across batches, greedy validation against fairseq-generate, checkpoint selection,
 the LR schedule and early stopping following the chosen metric, and the paper's recipe."""
+
 import json
 import logging
 import math
@@ -17,25 +18,27 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.logging import metrics
 from fairseq.optim import build_optimizer
 from fairseq.optim.lr_scheduler import build_lr_scheduler
-
 from fairseq_cli_helpers import USER_DIR, copy_examples, generate, train
+
 from fairseq_monoattn.criterions.sequence_accuracy import SequenceAccuracyCriterion
+from fairseq_monoattn.data.writer import write_dataset
 from fairseq_monoattn.limits import NO_LENGTH_LIMIT
 from fairseq_monoattn.metrics import Tally
 from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_TEACHER_FORCED
-from fairseq_monoattn.data.writer import write_dataset
 
 LN2, LN10 = math.log(2), math.log(10)
 
 # ---------------------------------------------------------------- criterion, hand-made batch
 
 # vocabulary: <s>=0 <pad>=1 </s>=2 <unk>=3 x=4 y=5
-TARGETS = torch.tensor([[4, 5, 2],   # every argmax right              -> sequence right
-                        [5, 2, 1],   # first token wrong, pad ignored  -> sequence wrong
-                        [4, 4, 2]])  # EOS wrong                       -> sequence wrong
-ARGMAX = torch.tensor([[4, 5, 2],
-                       [4, 2, 5],
-                       [4, 4, 4]])
+TARGETS = torch.tensor(
+    [
+        [4, 5, 2],  # every argmax right              -> sequence right
+        [5, 2, 1],  # first token wrong, pad ignored  -> sequence wrong
+        [4, 4, 2],
+    ]
+)  # EOS wrong                       -> sequence wrong
+ARGMAX = torch.tensor([[4, 5, 2], [4, 2, 5], [4, 4, 4]])
 # each position: p = 0.5 on its argmax, 0.1 on each of the 5 other tokens
 # 8 non-pad target tokens, 6 right (-log 0.5 each), 2 wrong (-log 0.1 each)
 NLL = 6 * LN2 + 2 * LN10
@@ -125,6 +128,7 @@ def test_metrics_of_two_halves_equal_the_metrics_of_the_whole_batch():
 
 # ---------------------------------------------------------------- task: greedy validation, checkpoint selection
 
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny models gain nothing from threads, and on a busy 2-core machine two torch threads
@@ -137,8 +141,9 @@ def one_thread():
 
 def parsed(data, argv):
     """The configuration fairseq-train DATA --arch gru_onestep ARGV would run with."""
-    args = options.parse_args_and_arch(options.get_training_parser(),
-                                       [str(data), "--arch", "gru_onestep", *argv, "--user-dir", USER_DIR])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(), [str(data), "--arch", "gru_onestep", *argv, "--user-dir", USER_DIR]
+    )
     return convert_namespace_to_omegaconf(args)
 
 
@@ -173,9 +178,25 @@ def logged_stats():
         logger.setLevel(old_level)
 
 
-SHORT_RUN = ["--arch", "gru_onestep", "--dropout", "0.1", "--optimizer", "adam", "--lr", "0.01",
-             "--batch-size", "16", "--seed", "1", "--num-workers", "0",
-             "--log-format", "json", "--no-progress-bar"]
+SHORT_RUN = [
+    "--arch",
+    "gru_onestep",
+    "--dropout",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "0.01",
+    "--batch-size",
+    "16",
+    "--seed",
+    "1",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "json",
+    "--no-progress-bar",
+]
 PATIENCE, LR_PATIENCE, MAX_EPOCH = 3, 0, 6
 
 
@@ -184,11 +205,34 @@ def greedy_run(tiny_copy, tmp_path_factory):
     """Trained with greedy accuracy driving everything: (save dir, logged stats)."""
     save = tmp_path_factory.mktemp("greedy_run")
     with logged_stats() as stats:
-        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(save), "--batch-size-valid", "8",
-               "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
-               "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-               "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5",
-               "--lr-patience", str(LR_PATIENCE), "--patience", str(PATIENCE), "--max-epoch", str(MAX_EPOCH)])
+        train(
+            [
+                str(tiny_copy),
+                *SHORT_RUN,
+                "--save-dir",
+                str(save),
+                "--batch-size-valid",
+                "8",
+                "--task",
+                "length_generalization",
+                "--criterion",
+                "seq_acc",
+                "--eval-accuracy",
+                "--best-checkpoint-metric",
+                "accuracy",
+                "--maximize-best-checkpoint-metric",
+                "--lr-scheduler",
+                "reduce_lr_on_plateau",
+                "--lr-shrink",
+                "0.5",
+                "--lr-patience",
+                str(LR_PATIENCE),
+                "--patience",
+                str(PATIENCE),
+                "--max-epoch",
+                str(MAX_EPOCH),
+            ]
+        )
     return save, stats
 
 
@@ -206,34 +250,70 @@ def generate_tally(data, checkpoint, tmp_path) -> Tally:
     Validation stops a batch at its longest target + 1 tokens; for Copy the longest source
     of a batch (EOS included) is that longest target, so --max-len-a 1 --max-len-b 0 is the
     same limit."""
-    lines = generate([str(data), "--path", str(checkpoint), "--task", "length_generalization",
-                      "--beam", "1", "--min-len", "0", "--max-len-a", "1", "--max-len-b", "0",
-                      "--batch-size", "8", "--seed", "1", "--num-workers", "0"], tmp_path, "valid")
+    lines = generate(
+        [
+            str(data),
+            "--path",
+            str(checkpoint),
+            "--task",
+            "length_generalization",
+            "--beam",
+            "1",
+            "--min-len",
+            "0",
+            "--max-len-a",
+            "1",
+            "--max-len-b",
+            "0",
+            "--batch-size",
+            "8",
+            "--seed",
+            "1",
+            "--num-workers",
+            "0",
+        ],
+        tmp_path,
+        "valid",
+    )
     dictionary = Dictionary.load(str(data / "dict.tgt.txt"))
     # "T-i<TAB>target text", "H-i<TAB>score<TAB>hypothesis text": key -> text
     columns = {line.split("\t")[0]: line.split("\t")[-1] for line in lines if line[:2] in ("H-", "T-")}
     ids = sorted(int(key[2:]) for key in columns if key.startswith("H-"))
     tally = Tally()
-    tally.add([token_ids(dictionary, columns[f"H-{i}"]) for i in ids],
-              [token_ids(dictionary, columns[f"T-{i}"]) for i in ids], dictionary.eos())
+    tally.add(
+        [token_ids(dictionary, columns[f"H-{i}"]) for i in ids],
+        [token_ids(dictionary, columns[f"T-{i}"]) for i in ids],
+        dictionary.eos(),
+    )
     return tally
 
 
 def constant_output_validation(data, batch_indices, emit="<unk>", print_samples=False):
     """valid_step on batches, with a model whose argmax is always the token `emit`."""
-    cfg = parsed(data, ["--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
-                        *(["--eval-accuracy-print-samples"] if print_samples else [])])
+    cfg = parsed(
+        data,
+        [
+            "--task",
+            "length_generalization",
+            "--criterion",
+            "seq_acc",
+            "--eval-accuracy",
+            *(["--eval-accuracy-print-samples"] if print_samples else []),
+        ],
+    )
     task = tasks.setup_task(cfg.task)
     model, seq_acc = task.build_model(cfg.model).eval(), task.build_criterion(cfg.criterion)
     token = task.target_dictionary.index(emit)
     model.decoder.output_layer = lambda features: torch.nn.functional.one_hot(
-        torch.full(features.shape[:-1], token), len(task.target_dictionary)).float()
+        torch.full(features.shape[:-1], token), len(task.target_dictionary)
+    ).float()
     task.load_dataset("valid")
     valid = task.dataset("valid")
     task.begin_valid_epoch(1, model)
     with torch.no_grad():
-        return valid, [task.valid_step(valid.collater([valid[i] for i in indices]), model, seq_acc)[2]
-                       for indices in batch_indices]
+        return valid, [
+            task.valid_step(valid.collater([valid[i] for i in indices]), model, seq_acc)[2] for indices in batch_indices
+        ]
 
 
 def test_greedy_decoding_stops_one_token_after_the_longest_target_of_the_batch(tiny_copy):
@@ -270,8 +350,9 @@ def test_greedy_validation_equals_fairseq_generate_scored_by_tally(greedy_run, t
     save, stats = greedy_run
     accuracies = valid_values(stats, "accuracy")
     assert any(0 < accuracy < 100 for accuracy in accuracies)  # the comparison is not trivial
-    for epoch, accuracy, distance in zip(range(1, len(accuracies) + 1), accuracies,
-                                         valid_values(stats, "edit_distance")):
+    for epoch, accuracy, distance in zip(
+        range(1, len(accuracies) + 1), accuracies, valid_values(stats, "edit_distance")
+    ):
         tally = generate_tally(tiny_copy, save / f"checkpoint{epoch}.pt", tmp_path / str(epoch))
         assert tally.size == 13
         assert (round(tally.accuracy, 3), round(tally.mean_edit_distance, 3)) == (accuracy, distance)
@@ -295,8 +376,9 @@ def test_checkpoint_best_follows_greedy_accuracy(greedy_run):
     same_epoch = torch.load(save / f"checkpoint{last_best_epoch}.pt", weights_only=True)
     assert all(torch.equal(best["model"][k], same_epoch["model"][k]) for k in best["model"])
     # fairseq saves before it steps the lr scheduler: the saved plateau best is that of the epochs before
-    assert best["optimizer_history"][-1]["lr_scheduler_state"]["best"] == max(accuracies[:last_best_epoch - 1],
-                                                                             default=-math.inf)
+    assert best["optimizer_history"][-1]["lr_scheduler_state"]["best"] == max(
+        accuracies[: last_best_epoch - 1], default=-math.inf
+    )
 
 
 def expected_stop_epoch(scores, patience, max_epoch):
@@ -348,18 +430,46 @@ def scripted_accuracy(monkeypatch):
 
 def scripted_run(tiny_copy, save, *extra):
     with logged_stats() as stats:
-        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(save), "--batch-size-valid", "13",
-               "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
-               "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-               "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", *extra])
+        train(
+            [
+                str(tiny_copy),
+                *SHORT_RUN,
+                "--save-dir",
+                str(save),
+                "--batch-size-valid",
+                "13",
+                "--task",
+                "length_generalization",
+                "--criterion",
+                "seq_acc",
+                "--eval-accuracy",
+                "--best-checkpoint-metric",
+                "accuracy",
+                "--maximize-best-checkpoint-metric",
+                "--lr-scheduler",
+                "reduce_lr_on_plateau",
+                "--lr-shrink",
+                "0.5",
+                *extra,
+            ]
+        )
     return stats
 
 
 def test_early_stopping_and_lr_schedule_follow_greedy_accuracy(tiny_copy, tmp_path, scripted_accuracy):
-    stats = scripted_run(tiny_copy, tmp_path, "--lr-patience", "1", "--patience", "4",
-                         "--max-epoch", str(len(SCRIPTED_CORRECT)), "--no-epoch-checkpoints")
+    stats = scripted_run(
+        tiny_copy,
+        tmp_path,
+        "--lr-patience",
+        "1",
+        "--patience",
+        "4",
+        "--max-epoch",
+        str(len(SCRIPTED_CORRECT)),
+        "--no-epoch-checkpoints",
+    )
     accuracies = valid_values(stats, "accuracy")
-    assert accuracies == pytest.approx(scripted_accuracy[:len(accuracies)], abs=1e-3)
+    assert accuracies == pytest.approx(scripted_accuracy[: len(accuracies)], abs=1e-3)
     # best 69.2 at epoch 6, then 4 epochs without improvement: stop after epoch 10 of 12
     assert len(accuracies) == expected_stop_epoch(scripted_accuracy, 4, len(SCRIPTED_CORRECT)) == 10
     used = [float(epoch["train_lr"]) for epoch in stats["train"]]
@@ -370,25 +480,58 @@ def test_early_stopping_and_lr_schedule_follow_greedy_accuracy(tiny_copy, tmp_pa
 
 def test_stop_after_perfect_counts_validations_at_100(tiny_copy, tmp_path, monkeypatch, scripted_accuracy):
     monkeypatch.setattr(__name__ + ".SCRIPTED_CORRECT", [4, 13, 12, 13, 13, 13, 13, 13])
-    stats = scripted_run(tiny_copy, tmp_path, "--stop-after-perfect", "3", "--patience", "50", "--max-epoch", "8",
-                         "--no-epoch-checkpoints")
+    stats = scripted_run(
+        tiny_copy,
+        tmp_path,
+        "--stop-after-perfect",
+        "3",
+        "--patience",
+        "50",
+        "--max-epoch",
+        "8",
+        "--no-epoch-checkpoints",
+    )
     # 100 at epoch 2, broken at 3, then 100 at epochs 4, 5 and 6: stop after epoch 6
-    assert valid_values(stats, "accuracy") == pytest.approx([100 * 4 / 13, 100, 100 * 12 / 13, 100, 100, 100],
-                                                            abs=1e-3)
+    assert valid_values(stats, "accuracy") == pytest.approx([100 * 4 / 13, 100, 100 * 12 / 13, 100, 100, 100], abs=1e-3)
 
 
 def test_stop_after_perfect_needs_accuracy_as_the_metric(tiny_copy):
-    cfg = parsed(tiny_copy, ["--task", "length_generalization", "--criterion", "seq_acc", "--stop-after-perfect", "2",
-                             "--best-checkpoint-metric", "loss"])
+    cfg = parsed(
+        tiny_copy,
+        [
+            "--task",
+            "length_generalization",
+            "--criterion",
+            "seq_acc",
+            "--stop-after-perfect",
+            "2",
+            "--best-checkpoint-metric",
+            "loss",
+        ],
+    )
     with pytest.raises(ValueError, match="--stop-after-perfect"):
         tasks.setup_task(cfg.task)
 
 
 def test_teacher_forced_exact_match_selects_checkpoints_without_decoding(tiny_copy, tmp_path):
     with logged_stats() as stats:
-        train([str(tiny_copy), *SHORT_RUN, "--save-dir", str(tmp_path), "--max-epoch", "3",
-               "--task", "length_generalization", "--criterion", "seq_acc",
-               "--best-checkpoint-metric", "exact_match", "--maximize-best-checkpoint-metric"])
+        train(
+            [
+                str(tiny_copy),
+                *SHORT_RUN,
+                "--save-dir",
+                str(tmp_path),
+                "--max-epoch",
+                "3",
+                "--task",
+                "length_generalization",
+                "--criterion",
+                "seq_acc",
+                "--best-checkpoint-metric",
+                "exact_match",
+                "--maximize-best-checkpoint-metric",
+            ]
+        )
     scores = valid_values(stats, "exact_match")
     assert len(scores) == 3 and "valid_accuracy" not in stats["valid"][0]
     best = torch.load(tmp_path / "checkpoint_best.pt", weights_only=True)
@@ -397,12 +540,16 @@ def test_teacher_forced_exact_match_selects_checkpoints_without_decoding(tiny_co
 
 # ---------------------------------------------------------------- options and the paper's recipe
 
-@pytest.mark.parametrize("argv, message", [
-    (["--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric"], "needs --eval-accuracy"),
-    (["--eval-accuracy", "--best-checkpoint-metric", "accuracy"], "needs --maximize"),
-    (["--best-checkpoint-metric", "exact_match"], "needs --maximize"),
-    (["--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric"], "is minimised"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric"], "needs --eval-accuracy"),
+        (["--eval-accuracy", "--best-checkpoint-metric", "accuracy"], "needs --maximize"),
+        (["--best-checkpoint-metric", "exact_match"], "needs --maximize"),
+        (["--best-checkpoint-metric", "loss", "--maximize-best-checkpoint-metric"], "is minimised"),
+    ],
+)
 def test_inconsistent_checkpoint_metric_is_refused(tiny_copy, argv, message):
     cfg = parsed(tiny_copy, ["--task", "length_generalization", "--criterion", "seq_acc", *argv])
     with pytest.raises(ValueError, match=message):

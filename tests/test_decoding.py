@@ -1,56 +1,33 @@
 """Decoding through fairseq's SequenceGenerator: incremental state, beam reordering, padding."""
+
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
-
-from model_helpers import ALL_ARCHS, LOCATION_ARCHS, batch, build, digit_dictionary, random_digits
+from model_helpers import (
+    ALL_ARCHS,
+    LOCATION_ARCHS,
+    assert_incremental_equals_full,
+    assert_padding_invariant,
+    batch,
+    build,
+    digit_dictionary,
+    random_digits,
+)
 
 D = digit_dictionary()
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]
 
 
-def teacher_forced_scores(model, sample_src, sample_len, tokens):
-    """log p(token_t | tokens_<t, source) from one full (non-incremental) pass."""
-    prev = torch.cat([torch.tensor([D.eos()]), tokens[:-1]]).unsqueeze(0)
-    logits, _ = model(sample_src, sample_len, prev)
-    lprobs = model.get_normalized_probs((logits, None), log_probs=True)
-    return lprobs[0].gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
 @pytest.mark.parametrize("beam", [1, 5])
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_incremental_decoding_scores_equal_full_pass(arch, beam):
-    model = build(arch, D, seed=1)
-    sample = batch(D, SOURCES)
-    generator = SequenceGenerator([model], D, beam_size=beam, max_len_b=25)
-    hypos = generator.generate([model], sample)
-    for i, nbest in enumerate(hypos):
-        src = sample["net_input"]["src_tokens"][i:i + 1]
-        src = src[src.ne(D.pad())].unsqueeze(0)  # the example alone, unpadded
-        for hypo in nbest[:3]:
-            full = teacher_forced_scores(model, src, torch.tensor([src.size(1)]), hypo["tokens"])
-            assert torch.allclose(full, hypo["positional_scores"], atol=1e-5), (arch, beam, i)
+    assert_incremental_equals_full(build(arch, D, seed=1), D, SOURCES, beam)
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_padding_invariance(arch):
     """Alone or in a batch with longer and shorter examples: same hypotheses, same scores."""
-    model = build(arch, D, seed=2)
-    generator = SequenceGenerator([model], D, beam_size=3, max_len_b=40)
-    together = generator.generate([model], batch(D, SOURCES))
-    for i, source in enumerate(SOURCES):
-        alone = generator.generate([model], batch(D, [source]))[0]
-        for a, b in zip(alone, together[i]):
-            assert torch.equal(a["tokens"], b["tokens"]), (arch, i)
-            assert torch.allclose(a["positional_scores"], b["positional_scores"], atol=1e-5), (arch, i)
-    # and the teacher-forced pass: left-padded batch == each example on its own
-    targets = [s[::-1] for s in SOURCES]
-    full = batch(D, SOURCES, targets)
-    logits, _ = model(**full["net_input"])
-    for i, (source, target) in enumerate(zip(SOURCES, targets)):
-        one = batch(D, [source], [target])
-        alone, _ = model(**one["net_input"])
-        assert torch.allclose(alone[0], logits[i, : len(target) + 1], atol=1e-5), (arch, i)
+    assert_padding_invariant(build(arch, D, seed=2), D, SOURCES)
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
@@ -74,7 +51,7 @@ def test_attention_is_a_distribution_over_real_positions(arch):
     for i in range(len(SOURCES)):
         columns = src[i].ne(D.pad()) & (src[i].ne(D.eos()) | keeps_eos)
         n = int(columns.sum())
-        assert torch.equal(attn[i][:, columns], weights[i, :, 1:n + 1])
+        assert torch.equal(attn[i][:, columns], weights[i, :, 1 : n + 1])
         assert (attn[i][:, ~columns] == 0).all()
 
 
@@ -117,8 +94,9 @@ def test_500_digit_inputs_train_and_decode(arch):
     sample = batch(D, sources, sources)
     model.train()
     logits, _ = model(**sample["net_input"])
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), sample["target"].view(-1),
-                                             ignore_index=D.pad())
+    loss = torch.nn.functional.cross_entropy(
+        logits.view(-1, logits.size(-1)), sample["target"].view(-1), ignore_index=D.pad()
+    )
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     model.eval()

@@ -1,5 +1,6 @@
 """fairseq's own distributed data-parallel training with the plugin: two CPU processes
 (gloo over loopback), one per rank, as in the README's command line."""
+
 import json
 import os
 import random
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from fairseq_cli_helpers import USER_DIR, copy_examples
 
 import fairseq_monoattn  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights_only loading)
-from fairseq_cli_helpers import USER_DIR, copy_examples
 from fairseq_monoattn.data.writer import write_dataset
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -27,23 +28,66 @@ def free_loopback_port() -> int:
 
 
 def rank_command(rank, port, data, save_dir, params):
-    return [sys.executable, str(WORKER), str(params), str(data), "--user-dir", USER_DIR,
-            "--distributed-world-size", "2", "--distributed-rank", str(rank),
-            "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
-            "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", "--cpu",
-            "--arch", "gru_onestep", "--task", "length_generalization", "--criterion", "seq_acc",
-            "--eval-accuracy", "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-            "--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "8",
-            "--max-epoch", "2", "--seed", "1", "--num-workers", "0", "--save-dir", str(save_dir),
-            "--no-epoch-checkpoints", "--log-format", "json", "--no-progress-bar"]
+    return [
+        sys.executable,
+        str(WORKER),
+        str(params),
+        str(data),
+        "--user-dir",
+        USER_DIR,
+        "--distributed-world-size",
+        "2",
+        "--distributed-rank",
+        str(rank),
+        "--distributed-init-method",
+        f"tcp://127.0.0.1:{port}",
+        "--distributed-no-spawn",
+        "--distributed-backend",
+        "gloo",
+        "--ddp-backend",
+        "legacy_ddp",
+        "--cpu",
+        "--arch",
+        "gru_onestep",
+        "--task",
+        "length_generalization",
+        "--criterion",
+        "seq_acc",
+        "--eval-accuracy",
+        "--best-checkpoint-metric",
+        "accuracy",
+        "--maximize-best-checkpoint-metric",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--clip-norm",
+        "5",
+        "--batch-size",
+        "8",
+        "--max-epoch",
+        "2",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--save-dir",
+        str(save_dir),
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--no-progress-bar",
+    ]
 
 
 def run_ranks(commands):
     """Both ranks at once; (returncode, stdout) per rank. Ranks still running at the
     time limit are killed, and the test fails."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONWARNINGS="ignore")
-    processes = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for command in commands]
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for command in commands
+    ]
     try:
         outputs = [process.communicate(timeout=TIMEOUT)[0] for process in processes]
     finally:
@@ -60,7 +104,7 @@ def json_stats(output, tag):
     found = []
     for line in output.splitlines():
         if '{"epoch"' in line:
-            stats = json.loads(line[line.index('{"epoch"'):])
+            stats = json.loads(line[line.index('{"epoch"') :])
             if all(key == "epoch" or key.startswith(f"{tag}_") for key in stats):
                 found.append(stats)
     return found
@@ -70,12 +114,17 @@ def json_stats(output, tag):
 def two_rank_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("distributed")
     rng = random.Random(0)
-    write_dataset({"train": copy_examples(rng, 48, 2, 5), "valid": copy_examples(rng, VALID_SIZE, 2, 6)},
-                  root / "copy", "copy", seed=0)
+    write_dataset(
+        {"train": copy_examples(rng, 48, 2, 5), "valid": copy_examples(rng, VALID_SIZE, 2, 6)},
+        root / "copy",
+        "copy",
+        seed=0,
+    )
     port = free_loopback_port()
     params = [root / f"rank{rank}.pt" for rank in range(2)]
-    commands = [rank_command(rank, port, root / "copy" / "bin", root / "checkpoints", params[rank])
-                for rank in range(2)]
+    commands = [
+        rank_command(rank, port, root / "copy" / "bin", root / "checkpoints", params[rank]) for rank in range(2)
+    ]
     results = run_ranks(commands)
     for rank, (returncode, output) in enumerate(results):
         assert returncode == 0, f"rank {rank} failed:\n{output[-4000:]}"

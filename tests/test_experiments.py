@@ -1,5 +1,6 @@
 """Scoring, runs with records, the local and submitit launchers, resuming, the comparison of
 option sets and the aggregated tables."""
+
 import json
 import os
 import re
@@ -9,11 +10,19 @@ import sys
 import time
 
 import pytest
-
 from fairseq_cli_helpers import write_copy_dataset
+
 from fairseq_monoattn.experiments import aggregate, compare, launch
-from fairseq_monoattn.experiments.runs import (RECORDED_SCORES, RunError, RunSpec, check_checkpoint_matches,
-                                              load_records, run, run_seconds, train_command)
+from fairseq_monoattn.experiments.runs import (
+    RECORDED_SCORES,
+    RunError,
+    RunSpec,
+    check_checkpoint_matches,
+    load_records,
+    run,
+    run_seconds,
+    train_command,
+)
 from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match, levenshtein
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
@@ -25,15 +34,15 @@ TINY = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid
 def test_tally_on_hand_made_hypotheses():
     target = [5, 6, 7, EOS]
     cases = [
-        ([5, 6, 7, EOS], True, 0),      # exact
-        ([5, 6, EOS], False, 1),        # one token short: cut short
+        ([5, 6, 7, EOS], True, 0),  # exact
+        ([5, 6, EOS], False, 1),  # one token short: cut short
         ([5, 6, 7, 7, EOS], False, 1),  # one too many: EOS must come at the right place; overran
-        ([5, 9, 7, EOS], False, 1),     # one substitution
+        ([5, 9, 7, EOS], False, 1),  # one substitution
         ([5, 6, 7, 7, 7, 7], False, 3),  # never ended (no EOS), cut by the length limit: overran
         ([8, EOS], False, 3),
-        ([EOS], False, 3),              # nothing but EOS: cut short
-        ([5, 6, 7], False, 0),          # every token, no EOS: overran, at edit distance 0
-        ([5, 7, EOS], False, 1),        # short, but not a prefix: neither
+        ([EOS], False, 3),  # nothing but EOS: cut short
+        ([5, 6, 7], False, 0),  # every token, no EOS: overran, at edit distance 0
+        ([5, 7, EOS], False, 1),  # short, but not a prefix: neither
     ]
     tally = Tally()
     for hypothesis, exact, distance in cases:
@@ -113,8 +122,10 @@ def test_a_run_trains_scores_and_records(finished):
     assert set(record["direction_gate"]) == {"test9", "test_iid"}
     assert set(record["attention_peak"]) == {"test9", "test_iid"} and 0 < record["attention_peak"]["test9"] <= 1
     assert 0.0 <= record["direction_gate"]["test9"] <= 1.0
-    assert "--max-epoch" in record["train_options"] and record["train_options"][
-        record["train_options"].index("--max-epoch") + 1] == "2"
+    assert (
+        "--max-epoch" in record["train_options"]
+        and record["train_options"][record["train_options"].index("--max-epoch") + 1] == "2"
+    )
     assert (spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt").is_file()
 
 
@@ -133,9 +144,10 @@ def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
         before = scores_file.stat().st_mtime_ns
         remade = run(spec, work, results)
         assert scores_file.stat().st_mtime_ns == before
-        assert remade["splits"] == {split: {key: counts[key] for key in ("size", "correct", "accuracy",
-                                                                         "mean_edit_distance")}
-                                    for split, counts in record["splits"].items()}
+        assert remade["splits"] == {
+            split: {key: counts[key] for key in ("size", "correct", "accuracy", "mean_edit_distance")}
+            for split, counts in record["splits"].items()
+        }
     finally:
         scores_file.write_text(saved_scores)
         record_path.write_text(saved_record)
@@ -173,8 +185,8 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     assert len(hypotheses) == 13
     assert results["test9"]["correct"] == sum(h == t for h, t in zip(hypotheses, targets))
     pairs = [(h.split(), t.split()) for h, t in zip(hypotheses, targets)]
-    assert results["test9"]["cut_short"] == sum(len(h) < len(t) and t[:len(h)] == h for h, t in pairs)
-    assert results["test9"]["overran"] == sum(len(h) > len(t) and h[:len(t)] == t for h, t in pairs)
+    assert results["test9"]["cut_short"] == sum(len(h) < len(t) and t[: len(h)] == h for h, t in pairs)
+    assert results["test9"]["overran"] == sum(len(h) > len(t) and h[: len(t)] == t for h, t in pairs)
     assert "| test9 | 13 |" in scoring_table(results)
     assert results["test9"]["direction_gate"]["applies_to"].startswith("cross-attention keys and values")
     # the attention peak equals a recount, example by example, from one unbatched teacher-forced pass each
@@ -183,8 +195,10 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
 
     models, task, _ = load_for_scoring(checkpoint, data / "bin")
     task.load_dataset("test9")
-    peaks = [teacher_forced(models[0], item["source"], item["target"])[0].max(dim=-1).values.mean().item()
-             for item in (task.dataset("test9")[i] for i in range(13))]
+    peaks = [
+        teacher_forced(models[0], item["source"], item["target"])[0].max(dim=-1).values.mean().item()
+        for item in (task.dataset("test9")[i] for i in range(13))
+    ]
     recorded = results["test9"]["attention_peak"]
     assert recorded["mean"] == pytest.approx(sum(peaks) / 13, abs=1e-5)
     assert (recorded["min"], recorded["max"]) == pytest.approx((min(peaks), max(peaks)), abs=1e-5)
@@ -205,8 +219,9 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
     committed = []
-    outcome = launch.run_local(specs, work, results, jobs=2, on_record=lambda s, p: committed.append(p),
-                               log=lambda line: None)
+    outcome = launch.run_local(
+        specs, work, results, jobs=2, on_record=lambda s, p: committed.append(p), log=lambda line: None
+    )
     assert outcome == {s.key: "ok" for s in specs}
     assert sorted(committed) == sorted(s.record_path(results) for s in specs)
     stamps = [s.record_path(results).stat().st_mtime_ns for s in specs]
@@ -220,9 +235,17 @@ def hold_run_lock(run_dir):
     """Another process that holds ``run_dir``'s training lock until killed."""
     lock = run_dir / ".lock"
     lock.parent.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
-                               str(lock)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -248,7 +271,9 @@ def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
         holder.kill()
         holder.wait()
     assert launch.run_local([busy, free], work, results, jobs=1, log=lambda line: None) == {
-        busy.key: "ok", free.key: "ok"}
+        busy.key: "ok",
+        free.key: "ok",
+    }
     assert busy.record_path(results).exists()
 
 
@@ -293,16 +318,17 @@ def test_progress_counts_a_run_another_process_trains_as_done_once_its_record_la
 def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
     submitit = pytest.importorskip("submitit")
     work, results = tmp_path / "work", tmp_path / "results"
-    specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1, variant="lr",
-                                                                           options=("--lr", "2e-3")))
+    specs = with_tiny_data(
+        work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1, variant="lr", options=("--lr", "2e-3"))
+    )
     executor = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
     executor.update_parameters(timeout_min=10)
-    records = launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor,
-                                  log=lambda line: None)
+    records = launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lambda line: None)
     assert [r["seed"] for r in records] == [1, 2] and records[1]["options"] == ["--lr", "2e-3"]
     assert all(s.record_path(results).exists() for s in specs)
-    assert launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor,
-                               log=lambda line: None) == []
+    assert (
+        launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lambda line: None) == []
+    )
 
 
 def test_submitit_skips_a_run_another_process_is_training(tmp_path):
@@ -316,8 +342,9 @@ def test_submitit_skips_a_run_another_process_is_training(tmp_path):
     holder = hold_run_lock(busy.run_dir(work))
     try:
         lines = []
-        outcomes = launch.run_submitit([busy, free], work, results, tmp_path / "submitit", executor=executor,
-                                       log=lines.append)
+        outcomes = launch.run_submitit(
+            [busy, free], work, results, tmp_path / "submitit", executor=executor, log=lines.append
+        )
     finally:
         holder.kill()
         holder.wait()
@@ -330,10 +357,21 @@ def test_submitit_skips_a_run_another_process_is_training(tmp_path):
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(seed=5, max_epoch=6))
-    command = [sys.executable, "-m", "fairseq_monoattn.experiments.worker", launch.spec_to_json(spec),
-               str(work), str(results)]
-    child = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    command = [
+        sys.executable,
+        "-m",
+        "fairseq_monoattn.experiments.worker",
+        launch.spec_to_json(spec),
+        str(work),
+        str(results),
+    ]
+    child = subprocess.Popen(
+        command,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     last = spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt"
     deadline = time.time() + 240
     while not last.exists() and child.poll() is None and time.time() < deadline:
@@ -355,11 +393,13 @@ def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runs, "TIMING_INTERVAL", 0.2)
     timing_file = tmp_path / "timing.json"
-    waiter = ("import json, pathlib, time\n"
-              f"path = pathlib.Path({str(timing_file)!r})\n"
-              "deadline = time.time() + 60\n"
-              "while not path.exists() and time.time() < deadline: time.sleep(0.05)\n"
-              "print(json.loads(path.read_text())['training_seconds'])\n")
+    waiter = (
+        "import json, pathlib, time\n"
+        f"path = pathlib.Path({str(timing_file)!r})\n"
+        "deadline = time.time() + 60\n"
+        "while not path.exists() and time.time() < deadline: time.sleep(0.05)\n"
+        "print(json.loads(path.read_text())['training_seconds'])\n"
+    )
     timing = {"training_seconds": 100.0}
     with open(tmp_path / "out.log", "w") as out:
         code = runs.run_timed([sys.executable, "-c", waiter], out, timing, timing_file)
@@ -389,8 +429,9 @@ def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
 
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(seed=7))
-    checkpoint = torch.load(finished[2].run_dir(finished[0]) / "checkpoints" / "checkpoint_last.pt",
-                            map_location="cpu", weights_only=False)
+    checkpoint = torch.load(
+        finished[2].run_dir(finished[0]) / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False
+    )
     assert checkpoint["cfg"]["model"]["location_normalization"] == "softmax"
     checkpoint["cfg"]["model"]["location_normalization"] = "sum"  # as if trained before a default changed
     last = spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt"
@@ -410,8 +451,9 @@ def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp
     import torch
 
     work, _, spec, _ = finished
-    checkpoint = torch.load(spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt", map_location="cpu",
-                            weights_only=False)
+    checkpoint = torch.load(
+        spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False
+    )
     command = train_command(spec, spec.data_dir(work), spec.run_dir(work))
     model = checkpoint["cfg"]["model"]
     assert (model["mix_temperature"], model["location_head_init"], model["step_temperature"]) == (1.0, "joint", 5.0)
@@ -447,8 +489,11 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     path.write_text(json.dumps(record))
     capsys.readouterr()
     assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 1
-    assert re.search(rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
-                     r"step_temperature: 2.0 there, 5.0 now", capsys.readouterr().err)
+    assert re.search(
+        rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
+        r"step_temperature: 2.0 there, 5.0 now",
+        capsys.readouterr().err,
+    )
     assert not out.exists()
     assert aggregate_main(["--results", str(moved), "--update", str(out), "--include-outdated"]) == 0
     assert "Generated from 1 records" in out.read_text()
@@ -459,8 +504,9 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     sweep_main(["status", "smoke", "--results", str(moved)])
     out = capsys.readouterr().out
     assert re.search(r"outdated: \S+seed1.json \(step_temperature: 2.0 there, 5.0 now\)", out)
-    estimate = re.search(r"smoke: 1 of (\d+) runs have records .*; (\d+) left, about ([\d.]+) CPU-hours at 11.0 min a run",
-                         out)  # from the one done run's 600 + 60 s
+    estimate = re.search(
+        r"smoke: 1 of (\d+) runs have records .*; (\d+) left, about ([\d.]+) CPU-hours at 11.0 min a run", out
+    )  # from the one done run's 600 + 60 s
     total, left, hours = estimate.groups()
     assert int(left) == int(total) - 1 and float(hours) == round(int(left) * 11 / 60, 1)
 
@@ -473,14 +519,35 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
 
     table2 = get_sweep("table2")
     narrowed = table2.only(["inv_reverse_recopy", "recopy"], ["gru_rmonoattn", "gru_monoattn"])
-    assert narrowed.cells == (("recopy", "gru_monoattn"), ("recopy", "gru_rmonoattn"),
-                              ("inv_reverse_recopy", "gru_monoattn"), ("inv_reverse_recopy", "gru_rmonoattn"))
+    assert narrowed.cells == (
+        ("recopy", "gru_monoattn"),
+        ("recopy", "gru_rmonoattn"),
+        ("inv_reverse_recopy", "gru_monoattn"),
+        ("inv_reverse_recopy", "gru_rmonoattn"),
+    )
     assert [(s.task, s.arch, s.seed) for s in narrowed.specs()][:5] == [
-        ("recopy", "gru_monoattn", 1), ("recopy", "gru_rmonoattn", 1), ("inv_reverse_recopy", "gru_monoattn", 1),
-        ("inv_reverse_recopy", "gru_rmonoattn", 1), ("recopy", "gru_monoattn", 2)]
+        ("recopy", "gru_monoattn", 1),
+        ("recopy", "gru_rmonoattn", 1),
+        ("inv_reverse_recopy", "gru_monoattn", 1),
+        ("inv_reverse_recopy", "gru_rmonoattn", 1),
+        ("recopy", "gru_monoattn", 2),
+    ]
     assert table2.only(archs=["gru_content"]).cells == tuple((t, "gru_content") for t, _ in table2.cells[::9])
-    sweep_main(["status", "table2", "--task", "copy", "--arch", "gru_content", "gru_onestep",
-                "--seeds", "3", "--results", str(tmp_path)])
+    sweep_main(
+        [
+            "status",
+            "table2",
+            "--task",
+            "copy",
+            "--arch",
+            "gru_content",
+            "gru_onestep",
+            "--seeds",
+            "3",
+            "--results",
+            str(tmp_path),
+        ]
+    )
     assert capsys.readouterr().out.startswith(f"table2: 0 of 2 runs have records in {tmp_path}; 2 left")
     with pytest.raises(SystemExit) as stopped:
         sweep_main(["status", "table6", "--arch", "gru_monoattn", "gru_relative"])
@@ -497,8 +564,17 @@ def write_accuracy_record(results, task, arch, seed, accuracy, splits):
 
     path = RunSpec(task, arch, seed=seed).record_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"task": task, "arch": arch, "variant": "default", "seed": seed,
-                                "splits": {split: {"accuracy": accuracy} for split in splits}}))
+    path.write_text(
+        json.dumps(
+            {
+                "task": task,
+                "arch": arch,
+                "variant": "default",
+                "seed": seed,
+                "splits": {split: {"accuracy": accuracy} for split in splits},
+            }
+        )
+    )
 
 
 def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(tmp_path, capsys):
@@ -562,8 +638,8 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     embeddings of 128 in batches of 128, dropout 0.4."""
     from pathlib import Path
 
-    from fairseq_monoattn.cli.sweep import main as sweep_main
     from fairseq_monoattn.catalog import TABLES
+    from fairseq_monoattn.cli.sweep import main as sweep_main
     from fairseq_monoattn.experiments.runs import prepared_data
     from fairseq_monoattn.experiments.sweeps import get_sweep
 
@@ -586,8 +662,13 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     assert prepared_data(spec, work) == data  # prepared once: the source is not needed again
     record = run(spec, work, results)
     config = record["model_config"]
-    assert (config["encoder_embed_dim"], config["decoder_embed_dim"], config["encoder_hidden_size"],
-            config["encoder_layers"], config["dropout"]) == (128, 128, 128, 2, 0.4)
+    assert (
+        config["encoder_embed_dim"],
+        config["decoder_embed_dim"],
+        config["encoder_hidden_size"],
+        config["encoder_layers"],
+        config["dropout"],
+    ) == (128, 128, 128, 2, 0.4)
     options = record["train_options"]
     assert options[options.index("--batch-size") + 1] == "128" and options.count("--batch-size") == 1
     assert record["recipe"] == "paper-cfq" and set(record["splits"]) == {"test"}
@@ -601,8 +682,7 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     from fairseq_monoattn.experiments.git_records import commit_record, uncommitted_records
 
     def git(*args):
-        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True).stdout
 
     git("init", "-q")
     git("config", "user.email", "t@example.org")
@@ -610,9 +690,11 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     results = tmp_path / "results"
     ours = [tiny_spec(seed=s) for s in (1, 2, 3)]
     other = tiny_spec(seed=1, task="reverse_copy")
+
     def record(spec, **more):
-        return json.dumps({"task": spec.task, "arch": spec.arch, "variant": spec.variant, "seed": spec.seed,
-                           "splits": {}, **more})
+        return json.dumps(
+            {"task": spec.task, "arch": spec.arch, "variant": spec.variant, "seed": spec.seed, "splits": {}, **more}
+        )
 
     for spec in ours + [other]:
         spec.record_path(results).parent.mkdir(parents=True, exist_ok=True)
@@ -643,8 +725,9 @@ def test_comparison_puts_variants_side_by_side(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([parse_variant("a="), parse_variant("b=--linear-init xavier")])
     with_tiny_data(work, *compare.comparison_specs("copy", "gru_onestep", [1], option_sets, 1))
-    table, outcome = compare.compare("copy", "gru_onestep", [1], option_sets, 1, work, results, jobs=2,
-                                     log=lambda line: None)
+    table, outcome = compare.compare(
+        "copy", "gru_onestep", [1], option_sets, 1, work, results, jobs=2, log=lambda line: None
+    )
     assert set(outcome.values()) == {"ok"}
     records = {r["variant"]: r for r in load_records(results)}
     assert set(records) == {"a", "b"} and records["b"]["options"] == ["--linear-init", "xavier"]
@@ -657,19 +740,38 @@ def test_comparison_puts_variants_side_by_side(tmp_path):
 
 # --- tables from records ----------------------------------------------------------------------
 
+
 def record(task, arch, seed, accuracies, variant="default", edit=0.0):
-    return {"task": task, "arch": arch, "seed": seed, "variant": variant, "options": [], "max_epoch": 25,
-            "stop_after_perfect": 3, "recipe": "paper", "epochs_run": 5, "best_epoch": 4, "training_seconds": 60.0,
-            "scoring_seconds": 6.0, "direction_gate": None,
-            "splits": {split: {"size": 2000, "correct": int(20 * a), "accuracy": a, "mean_edit_distance": edit}
-                       for split, a in accuracies.items()}}
+    return {
+        "task": task,
+        "arch": arch,
+        "seed": seed,
+        "variant": variant,
+        "options": [],
+        "max_epoch": 25,
+        "stop_after_perfect": 3,
+        "recipe": "paper",
+        "epochs_run": 5,
+        "best_epoch": 4,
+        "training_seconds": 60.0,
+        "scoring_seconds": 6.0,
+        "direction_gate": None,
+        "splits": {
+            split: {"size": 2000, "correct": int(20 * a), "accuracy": a, "mean_edit_distance": edit}
+            for split, a in accuracies.items()
+        },
+    }
 
 
 def test_aggregate_tables_equal_a_recount_of_the_records():
-    records = [record("recopy", "gru_onestep", seed, {"test15": a15, "test30": a30, "test100": a100})
-               for seed, (a15, a30, a100) in zip([1, 2, 3], [(100, 100, 90), (50, 20, 0), (99, 98, 97)])]
-    records += [record("recopy", "gru_relative", seed, {"test15": a, "test30": 0, "test100": 0})
-                for seed, a in zip([1, 2, 3], [60, 10, 40])]
+    records = [
+        record("recopy", "gru_onestep", seed, {"test15": a15, "test30": a30, "test100": a100})
+        for seed, (a15, a30, a100) in zip([1, 2, 3], [(100, 100, 90), (50, 20, 0), (99, 98, 97)])
+    ]
+    records += [
+        record("recopy", "gru_relative", seed, {"test15": a, "test30": 0, "test100": 0})
+        for seed, a in zip([1, 2, 3], [60, 10, 40])
+    ]
     records += [record("scan", "gru_content", seed, {"test": a}) for seed, a in zip([1, 2], [10.0, 20.0])]
     records += [record("scan", "gru_relative", 1, {"test": 40.0})]
     records += [record("recopy", "gru_onestep", 9, {"test15": 0, "test30": 0, "test100": 0}, variant="other")]
@@ -690,17 +792,36 @@ def test_aggregate_tables_equal_a_recount_of_the_records():
 def test_the_direction_table_counts_runs_reading_their_tasks_way():
     """g > 0.5 (median over the test splits, test_iid aside) reads forward; Copy is read forward
     and Reverse Lookup mirrored; PosRetrieve (no one way) and runs without a gate are not counted."""
+
     def gated(task, arch, seed, accuracies, **gates):
         return dict(record(task, arch, seed, accuracies), direction_gate=gates)
 
-    records = [gated("copy", "gru_monoattn", 1, {"test15": 100, "test30": 100, "test100": 99}, test15=0.9, test30=0.8,
-                     test100=0.2, test_iid=0.0),  # median 0.8: forward, the right way
-               gated("copy", "gru_monoattn", 2, {"test15": 1, "test30": 0, "test100": 0}, test15=0.1, test30=0.6,
-                     test100=0.2, test_iid=1.0),  # median 0.2: reversed
-               gated("reverse_lookup", "gru_monoattn", 1, {"test7": 90, "test9": 12.5, "test11": 0}, test7=0.1),
-               gated("posretrieve", "gru_monoattn", 1, {"test15": 0}, test15=0.9),
-               record("copy", "gru_monoattn", 3, {"test15": 100}),
-               record("copy", "gru_content", 1, {"test15": 100})]
+    records = [
+        gated(
+            "copy",
+            "gru_monoattn",
+            1,
+            {"test15": 100, "test30": 100, "test100": 99},
+            test15=0.9,
+            test30=0.8,
+            test100=0.2,
+            test_iid=0.0,
+        ),  # median 0.8: forward, the right way
+        gated(
+            "copy",
+            "gru_monoattn",
+            2,
+            {"test15": 1, "test30": 0, "test100": 0},
+            test15=0.1,
+            test30=0.6,
+            test100=0.2,
+            test_iid=1.0,
+        ),  # median 0.2: reversed
+        gated("reverse_lookup", "gru_monoattn", 1, {"test7": 90, "test9": 12.5, "test11": 0}, test7=0.1),
+        gated("posretrieve", "gru_monoattn", 1, {"test15": 0}, test15=0.9),
+        record("copy", "gru_monoattn", 3, {"test15": 100}),
+        record("copy", "gru_content", 1, {"test15": 100}),
+    ]
     assert [aggregate.gate_reading(r) for r in records] == ["forward", "reversed", "reversed", "forward", None, None]
     table = aggregate.direction_table(aggregate.collect(records))
     assert table.splitlines()[-1] == "| gru_monoattn | 2 of 3 | Copy seed 2 (1 / 0 / 0) |"
@@ -712,8 +833,8 @@ def test_the_direction_table_counts_runs_reading_their_tasks_way():
 def test_each_task_with_a_reading_direction_starts_its_output_at_that_end():
     """TASKS[task].reading is the data's own rule: a forward task's first output comes from the
     first input token, a reversed one's from the last (Lookup: the bits, first or before the '.')."""
-    from fairseq_monoattn.data import digits, lookup
     from fairseq_monoattn.catalog import TASKS
+    from fairseq_monoattn.data import digits, lookup
 
     x = list("3859016")
     for task, rule in digits.RULES.items():
@@ -730,10 +851,14 @@ def test_each_task_with_a_reading_direction_starts_its_output_at_that_end():
 def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_path):
     from fairseq_monoattn.experiments import plots
 
-    records = [record("recopy", "gru_onestep", seed, {"test15": a15, "test100": a100, "test_iid": 100})
-               for seed, (a15, a100) in zip([1, 2, 3], [(100, 90), (50, 0), (99, 97)])]
-    records += [record("recopy", "gru_onestep", 4, {"test15": 0, "test100": 0}, variant="other"),
-                record("copy", "gru_content", 1, {"test15": 3})]  # one length: no curve to draw
+    records = [
+        record("recopy", "gru_onestep", seed, {"test15": a15, "test100": a100, "test_iid": 100})
+        for seed, (a15, a100) in zip([1, 2, 3], [(100, 90), (50, 0), (99, 97)])
+    ]
+    records += [
+        record("recopy", "gru_onestep", 4, {"test15": 0, "test100": 0}, variant="other"),
+        record("copy", "gru_content", 1, {"test15": 3}),
+    ]  # one length: no curve to draw
     assert plots.curves(records, "recopy") == {"gru_onestep": [(15, 99, 50, 100, 3), (100, 90, 0, 97, 3)]}
     assert plots.curves(records, "recopy", "other") == {"gru_onestep": [(15, 0, 0, 0, 1), (100, 0, 0, 0, 1)]}
     paths = plots.plot_all(records, tmp_path / "figures")

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from fairseq_cli_helpers import USER_DIR, generate, hypotheses, run_command, train, write_copy_dataset
 from model_helpers import ALL_ARCHS
 
@@ -13,18 +12,60 @@ def tiny_copy(tmp_path_factory):
     return write_copy_dataset(tmp_path_factory.mktemp("tiny") / "copy", sizes)
 
 
-COMMON = ["--optimizer", "adam", "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "16",
-          "--no-progress-bar", "--log-interval", "1", "--seed", "1", "--num-workers", "0"]
+COMMON = [
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--clip-norm",
+    "5",
+    "--batch-size",
+    "16",
+    "--no-progress-bar",
+    "--log-interval",
+    "1",
+    "--seed",
+    "1",
+    "--num-workers",
+    "0",
+]
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_every_arch_trains_and_decodes(arch, tiny_copy, tmp_path):
     save = tmp_path / "checkpoints"
-    train([str(tiny_copy / "bin"), "--arch", arch, *COMMON, "--max-update", "3", "--save-dir", str(save),
-           "--no-epoch-checkpoints"])
+    train(
+        [
+            str(tiny_copy / "bin"),
+            "--arch",
+            arch,
+            *COMMON,
+            "--max-update",
+            "3",
+            "--save-dir",
+            str(save),
+            "--no-epoch-checkpoints",
+        ]
+    )
     assert (save / "checkpoint_last.pt").is_file()
-    lines = generate([str(tiny_copy / "bin"), "--path", str(save / "checkpoint_last.pt"), "--beam", "2",
-                      "--batch-size", "8", "--max-len-b", "30", "--print-alignment", "--num-workers", "0"], tmp_path, "test")
+    lines = generate(
+        [
+            str(tiny_copy / "bin"),
+            "--path",
+            str(save / "checkpoint_last.pt"),
+            "--beam",
+            "2",
+            "--batch-size",
+            "8",
+            "--max-len-b",
+            "30",
+            "--print-alignment",
+            "--num-workers",
+            "0",
+        ],
+        tmp_path,
+        "test",
+    )
     assert sorted(hypotheses(lines)) == list(range(13))  # every example decoded, none dropped
     assert sum(line.startswith("A-") for line in lines) == 13
 
@@ -39,6 +80,18 @@ def test_real_commands_resume_and_generate_with_safe_checkpoint_loading(tiny_cop
     assert state["args"] is None and state["cfg"]["model"]["_name"] == "gru_monoattn"
     log = run_command("fairseq-train", *common, "--max-epoch", "2")
     assert "Loaded checkpoint" in log and "epoch 2 @" in log
-    out = run_command("fairseq-generate", data, "--user-dir", USER_DIR, "--path", f"{save}/checkpoint_last.pt",
-                      "--gen-subset", "test", "--beam", "1", "--batch-size", "8")
+    out = run_command(
+        "fairseq-generate",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        f"{save}/checkpoint_last.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "1",
+        "--batch-size",
+        "8",
+    )
     assert sorted(hypotheses(out.splitlines())) == list(range(13))

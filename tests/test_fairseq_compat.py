@@ -1,4 +1,5 @@
 """The fairseq 0.12 fixes the plugin applies on import (fairseq_monoattn/fairseq_compat.py)."""
+
 import argparse
 import logging
 
@@ -26,8 +27,9 @@ def test_last_partial_batch_is_kept():
     assert [len(b) for b in batches] == [48, 48, 4]  # fairseq-fixed 0.12.3.1 alone returns [48, 48]
     assert sorted(np.concatenate(batches).tolist()) == list(range(100))
     sizes = np.full(13, 5, dtype=np.int64)
-    batches = data_utils.batch_by_size(np.arange(13, dtype=np.int64), None, num_tokens_vec=sizes,
-                                       max_tokens=1000, required_batch_size_multiple=8)
+    batches = data_utils.batch_by_size(
+        np.arange(13, dtype=np.int64), None, num_tokens_vec=sizes, max_tokens=1000, required_batch_size_multiple=8
+    )
     assert sum(len(b) for b in batches) == 13
 
 
@@ -48,7 +50,7 @@ def test_log_file_gets_each_progress_line_once(tmp_path):
         lines = [line for line in log_file.read_text().splitlines() if "loss" in line]
         assert len(lines) == 3
     finally:
-        for handler in progress_bar.logger.handlers[len(before):]:
+        for handler in progress_bar.logger.handlers[len(before) :]:
             handler.close()
         progress_bar.logger.handlers[:] = before
         progress_bar.logger.setLevel(level)

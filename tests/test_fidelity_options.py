@@ -1,6 +1,7 @@
 """The options that bring the authors' training dynamics into the plugin: the location
 normalisation and its underflow reset, the initialisations, the location projection, one
 shared embedding, the source EOS, and random batches drawn anew every epoch."""
+
 import argparse
 import random
 import time
@@ -10,9 +11,9 @@ import torch
 from fairseq import options, tasks
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
 from fairseq_cli_helpers import USER_DIR, copy_examples
 from model_helpers import batch, build, digit_dictionary, location_attention
+
 from fairseq_monoattn.data.writer import write_dataset
 from fairseq_monoattn.modules import CrossAttention, LocationAttention
 from fairseq_monoattn.modules.positions import padding_mask
@@ -22,6 +23,7 @@ location = location_attention
 
 
 # ------------------------------------------------------------------- location normalisation
+
 
 def test_sum_normalisation_equals_softmax_while_nothing_underflows():
     lengths = torch.tensor([7, 5])
@@ -40,8 +42,9 @@ def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
     (sigma = 0.27 / L): every exp(-z^2/2) is 0 in float32, so there is no context, and the next
     reference position is 0, the START position.  The same step from START in a 21-position
     source lands on its END."""
-    attention = CrossAttention(encoder_dim=6, query_dim=4,
-                               location=location(step_activation="relu", location_normalization="sum"))
+    attention = CrossAttention(
+        encoder_dim=6, query_dim=4, location=location(step_activation="relu", location_normalization="sum")
+    )
     lengths = torch.tensor([6, 21])
     memory = attention.prepare(torch.randn(2, 21, 6), None, lengths)
     with torch.no_grad():
@@ -63,6 +66,7 @@ def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
 
 # ------------------------------------------------------------------------- initialisation
 
+
 def big_dictionary(size=1000):
     dictionary = Dictionary()
     for i in range(size):
@@ -70,12 +74,11 @@ def big_dictionary(size=1000):
     return dictionary
 
 
-@pytest.mark.parametrize("init, expected_std", [("scaled-normal", 64 ** -0.5),
-                                                ("kaiming-fan-out", (2 / 1004) ** 0.5)])
+@pytest.mark.parametrize("init, expected_std", [("scaled-normal", 64**-0.5), ("kaiming-fan-out", (2 / 1004) ** 0.5)])
 def test_embedding_initialisation_statistics(init, expected_std):
     model = build("gru_onestep", big_dictionary(), embedding_init=init)
     weight = model.encoder.embed_tokens.weight.detach()
-    real = torch.cat([weight[:D.pad()], weight[D.pad() + 1:]])
+    real = torch.cat([weight[: D.pad()], weight[D.pad() + 1 :]])
     assert real.std().item() == pytest.approx(expected_std, rel=0.03)
     assert abs(real.mean().item()) < 0.1 * expected_std
     assert weight[D.pad()].abs().sum().item() == 0.0
@@ -97,11 +100,14 @@ def test_xavier_init_shapes_bounds_and_missing_biases():
     attention = model.decoder.attention
     assert attention.values[2].bias is None and attention.keys.bias is None
     assert attention.location_heads.bias is None
-    for layer, (fan_in, fan_out) in [(attention.values[0], (128, 128)), (attention.values[2], (128, 128)),
-                                     (attention.keys, (128, 128))]:
+    for layer, (fan_in, fan_out) in [
+        (attention.values[0], (128, 128)),
+        (attention.values[2], (128, 128)),
+        (attention.keys, (128, 128)),
+    ]:
         bound = xavier_bound(fan_in, fan_out)
         assert layer.weight.abs().max().item() <= bound
-        assert layer.weight.std().item() == pytest.approx(bound / 3 ** 0.5, rel=0.05)
+        assert layer.weight.std().item() == pytest.approx(bound / 3**0.5, rel=0.05)
     query, features, mix = attention.readout_parts(attention.readout.weight)
     query_bias, _, _ = attention.readout_parts(attention.readout.bias)
     assert query.abs().max().item() <= xavier_bound(128, 128) and query_bias.abs().sum().item() == 0.0
@@ -110,11 +116,10 @@ def test_xavier_init_shapes_bounds_and_missing_biases():
     # each head vector is Xavier of a (1 x d) vector: bound sqrt(6 / (d + 1)), about 2.45x torch's 1/sqrt(d)
     heads = attention.location_heads.weight
     assert heads.shape == (2, 128) and heads.abs().max().item() <= xavier_bound(128, 1)
-    assert heads.abs().max().item() > 1 / 128 ** 0.5
+    assert heads.abs().max().item() > 1 / 128**0.5
     assert model.decoder.out_proj.weight.abs().max().item() <= xavier_bound(128, 64)
     default = build("gru_mix_monoattn", D, linear_init="pytorch").decoder.attention
     assert default.values[2].bias is not None and default.keys.bias is not None
-
 
 
 @pytest.mark.parametrize("projection", [True, False])
@@ -122,10 +127,12 @@ def test_joint_head_init_draws_locattns_step_gate_and_bias_as_one_tensor(project
     """--location-head-init joint: LocAttn's step, bias and gate vectors share one Xavier fan
     (in d*k, out k, so bound sqrt(6 / (3 (d + 1))), 1/sqrt(3) of each vector's own); the width
     vector keeps its own fan; with the step as the only such vector (OneStep) both inits agree."""
+
     def heads(arch, init):
         torch.manual_seed(0)
-        attention = build(arch, D, linear_init="xavier", location_projection=projection,
-                          location_head_init=init).decoder.attention
+        attention = build(
+            arch, D, linear_init="xavier", location_projection=projection, location_head_init=init
+        ).decoder.attention
         rows = attention.location_heads.weight if projection else attention.readout_parts(attention.readout.weight)[1]
         return attention.location.head_names, rows.detach()
 
@@ -143,6 +150,7 @@ def test_joint_head_init_draws_locattns_step_gate_and_bias_as_one_tensor(project
     with pytest.raises(ValueError, match="--location-head-init"):
         build("gru_locattn", D, linear_init="xavier", location_head_init="rows")
 
+
 def test_location_projection_reads_heads_off_an_intermediate_layer():
     """heads = W_heads (W_l h + b_l): the paper's l_t = f_l(h) then the heads."""
     model = build("gru_onestep", D, location_projection=True)
@@ -159,6 +167,7 @@ def test_location_projection_reads_heads_off_an_intermediate_layer():
 
 # ---------------------------------------------------------------- embeddings and source EOS
 
+
 def test_share_all_embeddings_uses_one_matrix_and_needs_one_dictionary():
     model = build("gru_monoattn", D, share_all_embeddings=True)
     assert model.encoder.embed_tokens is model.decoder.embed_tokens
@@ -169,8 +178,9 @@ def test_share_all_embeddings_uses_one_matrix_and_needs_one_dictionary():
     class TwoDictionaries:
         source_dictionary, target_dictionary = D, other
 
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
     import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     args = argparse.Namespace(arch="gru_monoattn", share_all_embeddings=True)
     ARCH_CONFIG_REGISTRY["gru_monoattn"](args)
@@ -198,6 +208,7 @@ def test_without_source_eos_the_encoder_sees_only_the_tokens():
 
 # ------------------------------------------------------------------------------ batches
 
+
 @pytest.fixture(scope="module")
 def mixed_copy(tmp_path_factory):
     """300 training pairs of 2-12 digits."""
@@ -209,9 +220,23 @@ def mixed_copy(tmp_path_factory):
 
 def training_task(data, extra):
     """The length_generalization task of a training command (batches of 32), its train split loaded."""
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(data), "--arch", "gru_onestep", "--task", "length_generalization", "--batch-size", "32",
-        "--required-batch-size-multiple", "1", "--user-dir", USER_DIR, *extra])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            str(data),
+            "--arch",
+            "gru_onestep",
+            "--task",
+            "length_generalization",
+            "--batch-size",
+            "32",
+            "--required-batch-size-multiple",
+            "1",
+            "--user-dir",
+            USER_DIR,
+            *extra,
+        ],
+    )
     task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
     task.load_dataset("train")
     return task
@@ -248,8 +273,11 @@ def test_random_batches_leave_no_data_loading_process_behind(mixed_copy):
     before = set(multiprocessing.active_children())
     iterators = []  # kept, as a run keeps what fairseq-train holds on to
     for epoch in (1, 2, 3):
-        iterators.append(task.get_batch_iterator(task.dataset("train"), max_sentences=32, seed=1, epoch=epoch,
-                                                 num_workers=1, data_buffer_size=10))
+        iterators.append(
+            task.get_batch_iterator(
+                task.dataset("train"), max_sentences=32, seed=1, epoch=epoch, num_workers=1, data_buffer_size=10
+            )
+        )
         assert sum(len(sample["id"]) for sample in iterators[-1].next_epoch_itr(shuffle=True)) == 300
         deadline = time.time() + 10
         while set(multiprocessing.active_children()) - before and time.time() < deadline:
@@ -266,15 +294,29 @@ def test_fairseq_batches_keep_their_contents_across_epochs(mixed_copy):
 
 def test_random_batches_refuse_max_tokens(mixed_copy):
     with pytest.raises(ValueError, match="--train-batches random"):
-        args = options.parse_args_and_arch(options.get_training_parser(), [
-            str(mixed_copy), "--arch", "gru_onestep", "--task", "length_generalization", "--max-tokens", "500",
-            "--train-batches", "random", "--user-dir", USER_DIR])
+        args = options.parse_args_and_arch(
+            options.get_training_parser(),
+            [
+                str(mixed_copy),
+                "--arch",
+                "gru_onestep",
+                "--task",
+                "length_generalization",
+                "--max-tokens",
+                "500",
+                "--train-batches",
+                "random",
+                "--user-dir",
+                USER_DIR,
+            ],
+        )
         task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
         task.load_dataset("train")
         task.get_batch_iterator(task.dataset("train"), max_tokens=500, seed=1)
 
 
 # ------------------------------------------------------------------- the presets' choices
+
 
 def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisation():
     """The presets' defaults are the settings RESULTS.md found to reproduce the paper: the
@@ -283,6 +325,7 @@ def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisa
     separate embeddings (the two release settings that slowed learning); the base model keeps
     fairseq's habits."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
+
     from fairseq_monoattn.models.gru_seq2seq import config_defaults, fill_missing
     from fairseq_monoattn.models.presets import PRESETS
 
@@ -292,16 +335,30 @@ def test_every_preset_trains_as_the_release_except_sharing_and_the_sum_normalisa
         fill_missing(args, config_defaults())
         return args
 
-    release = dict(embedding_init="kaiming-fan-out", boundary_init="zeros", linear_init="xavier",
-                   source_eos=False, location_projection=True, location_normalization="softmax",
-                   share_all_embeddings=False, mix_temperature=1.0, location_head_init="joint")
+    release = dict(
+        embedding_init="kaiming-fan-out",
+        boundary_init="zeros",
+        linear_init="xavier",
+        source_eos=False,
+        location_projection=True,
+        location_normalization="softmax",
+        share_all_embeddings=False,
+        mix_temperature=1.0,
+        location_head_init="joint",
+    )
     for arch in PRESETS:
         args = resolved(arch)
         assert {k: getattr(args, k) for k in release} == release, arch
     base = resolved("gru_seq2seq")
-    assert (base.embedding_init, base.boundary_init, base.linear_init, base.source_eos,
-            base.location_projection, base.mix_temperature, base.location_head_init) == (
-                "scaled-normal", "normal", "pytorch", True, False, 5.0, "per-head")
+    assert (
+        base.embedding_init,
+        base.boundary_init,
+        base.linear_init,
+        base.source_eos,
+        base.location_projection,
+        base.mix_temperature,
+        base.location_head_init,
+    ) == ("scaled-normal", "normal", "pytorch", True, False, 5.0, "per-head")
 
 
 def test_the_step2_ablation_is_locattns_reference_with_its_clamp_and_joint_heads():
@@ -329,6 +386,7 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
     option it lists builds the same parameters and the same outputs; and two options it does
     read (the step and mix temperatures) change the outputs, so the comparison can tell."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
+
     from fairseq_monoattn.models.gru_seq2seq import config_defaults, fill_missing
     from fairseq_monoattn.models.options import option_fields, unused_options, valid_choices
     from fairseq_monoattn.models.presets import PRESETS

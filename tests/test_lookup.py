@@ -1,4 +1,5 @@
 """Lookup / Reverse Lookup: the paper's splits of the shipped files, and the generator."""
+
 import random
 import subprocess
 import sys
@@ -7,16 +8,21 @@ from pathlib import Path
 import pytest
 
 from fairseq_monoattn.data.common import DataError
-from fairseq_monoattn.data.lookup import (DEFAULT_DATA_DIRS, GeneratorConfig, build_lookup,
-                               build_reverse_lookup, generate, parse_source, read_tsv)
+from fairseq_monoattn.data.lookup import (
+    DEFAULT_DATA_DIRS,
+    GeneratorConfig,
+    build_lookup,
+    build_reverse_lookup,
+    generate,
+    parse_source,
+    read_tsv,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = dict(DEFAULT_DATA_DIRS)
 BUILDERS = {"lookup": build_lookup, "reverse_lookup": build_reverse_lookup}
-EXPECTED_SIZES = {"train": 9081, "valid": 975, "test_iid": 2492,
-                  "test7": 4500, "test9": 5000, "test11": 5000}
+EXPECTED_SIZES = {"train": 9081, "valid": 975, "test_iid": 2492, "test7": 4500, "test9": 5000, "test11": 5000}
 EXPECTED_LENGTHS = {"test_iid": {6}, "test7": {7}, "test9": {9}, "test11": {11}}
-
 
 
 def test_the_shipped_files_are_the_ones_listed_in_their_checksums():
@@ -53,7 +59,7 @@ def expected_target(source, tables, reverse):
 
 
 def assert_bijections(tables, names, bits=3):
-    strings = {format(i, f"0{bits}b") for i in range(2 ** bits)}
+    strings = {format(i, f"0{bits}b") for i in range(2**bits)}
     assert sorted(tables) == sorted(names)
     for name, mapping in tables.items():
         assert set(mapping) == strings, name
@@ -61,6 +67,7 @@ def assert_bijections(tables, names, bits=3):
 
 
 # --- shipped files ------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def shipped_splits():
@@ -94,8 +101,7 @@ def test_every_row_follows_the_composition_rule(shipped_splits, task):
 
 def test_reverse_is_forward_mirrored_with_the_same_tables(shipped_splits):
     forward, reverse = shipped_splits["lookup"], shipped_splits["reverse_lookup"]
-    assert tables_from_single_rows(forward["train"], False) == \
-        tables_from_single_rows(reverse["train"], True)
+    assert tables_from_single_rows(forward["train"], False) == tables_from_single_rows(reverse["train"], True)
     for name in ("test_iid", "test7", "test9", "test11"):
         for f, r in zip(forward[name], reverse[name]):
             bits, comp = parse_source(f.source, False)
@@ -110,8 +116,7 @@ def test_valid_takes_500_seeded_rows_of_longer_seen_1():
     assert first == again
     moved = [ex.source for ex in first["valid"][475:]]
     assert len(moved) == 500 and all(len(s.split()) == 7 for s in moved)
-    assert [ex.source for ex in first["valid"][:475]] == \
-        [s for s, _ in read_tsv(folder / "validation.tsv", False)]
+    assert [ex.source for ex in first["valid"][:475]] == [s for s, _ in read_tsv(folder / "validation.tsv", False)]
     # valid part + test7 = longer_seen_1, each in file order
     test7 = [ex.source for ex in first["test7"]]
     assert sorted(moved + test7) == sorted(longer)
@@ -136,20 +141,23 @@ def test_data_dir_may_be_the_data_subfolder():
 
 # --- bad input ------------------------------------------------------------------------------
 
+
 def write_minimal_folder(folder: Path, line: str = "000 t1 .\t000 011"):
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train", "validation", "heldout_inputs",
-                 "longer_seen_1", "longer_seen_3", "longer_seen_5"):
+    for name in ("train", "validation", "heldout_inputs", "longer_seen_1", "longer_seen_3", "longer_seen_5"):
         (folder / f"{name}.tsv").write_text(line + "\r\n")
 
 
-@pytest.mark.parametrize("bad_line, message", [
-    ("000 t1 .", "found 1"),
-    ("000 t1 .\t000 011\t0 1 2\textra", "found 4"),
-    ("000 t1 .\t  ", "empty field"),
-    ("000 t1\t000 011", "must end with"),
-    ("000 t1 t2 .\t000 011", "should have 3 tokens"),
-])
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ("000 t1 .", "found 1"),
+        ("000 t1 .\t000 011\t0 1 2\textra", "found 4"),
+        ("000 t1 .\t  ", "empty field"),
+        ("000 t1\t000 011", "must end with"),
+        ("000 t1 t2 .\t000 011", "should have 3 tokens"),
+    ],
+)
 def test_malformed_line_names_file_and_line(tmp_path, bad_line, message):
     write_minimal_folder(tmp_path)
     path = tmp_path / "train.tsv"
@@ -182,18 +190,21 @@ def test_too_few_longer_rows_is_an_error(tmp_path):
 
 # --- generator ------------------------------------------------------------------------------
 
+
 def tree_bytes(folder: Path):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     root = tmp_path_factory.mktemp("generated")
     made = {}
-    for name, config in {"a": GeneratorConfig(seed=5), "b": GeneratorConfig(seed=5),
-                         "other": GeneratorConfig(seed=6),
-                         "reverse": GeneratorConfig(seed=5, reverse=True)}.items():
+    for name, config in {
+        "a": GeneratorConfig(seed=5),
+        "b": GeneratorConfig(seed=5),
+        "other": GeneratorConfig(seed=6),
+        "reverse": GeneratorConfig(seed=5, reverse=True),
+    }.items():
         made[name] = (root / name, generate(root / name, config))
     return made
 
@@ -210,8 +221,7 @@ def test_generated_rows_follow_the_rule(generated, variant):
     reverse = variant == "reverse"
     rows = {p.stem: read_tsv(p, reverse) for p in (folder / "data").glob("*.tsv")}
     assert len(rows) == 22
-    derived = tables_from_single_rows(
-        [type("Row", (), {"source": s, "target": t}) for s, t in rows["train"]], reverse)
+    derived = tables_from_single_rows([type("Row", (), {"source": s, "target": t}) for s, t in rows["train"]], reverse)
     assert derived == tables
     for stem, file_rows in rows.items():
         assert len(set(file_rows)) == len(file_rows), stem
@@ -224,11 +234,10 @@ def test_generated_structure(generated):
     rows = {p.stem: read_tsv(p, False) for p in (folder / "data").glob("*.tsv")}
     counts = {stem: len(r) for stem, r in rows.items()}
     assert counts["heldout_compositions"] == 50 * 8
-    assert counts["heldout_inputs"] == (6 ** 4 - 50) * 2
-    assert counts["new_compositions"] == 2 ** 4 * 8
-    assert counts["longer_new_1"] == 2 ** 5 * 8
-    assert counts["train"] + counts["validation"] == (6 + 36 + 216 + 6 ** 4 - 50) * 8 \
-        - counts["heldout_inputs"] + 2 * 8
+    assert counts["heldout_inputs"] == (6**4 - 50) * 2
+    assert counts["new_compositions"] == 2**4 * 8
+    assert counts["longer_new_1"] == 2**5 * 8
+    assert counts["train"] + counts["validation"] == (6 + 36 + 216 + 6**4 - 50) * 8 - counts["heldout_inputs"] + 2 * 8
     for k in range(1, 6):
         assert counts[f"longer_seen_{k}"] == 5000
         tables_used = {t for s, _ in rows[f"longer_seen_{k}"] for t in parse_source(s, False)[1]}
@@ -253,8 +262,7 @@ def test_generated_reverse_mirrors_forward(generated):
     forward = read_tsv(generated["a"][0] / "data" / "longer_seen_2.tsv", False)
     reverse = read_tsv(generated["reverse"][0] / "data" / "longer_seen_2.tsv", True)
     assert [t for _, t in forward] == [t for _, t in reverse]
-    assert [parse_source(s, False) for s, _ in forward] == \
-        [parse_source(s, True) for s, _ in reverse]
+    assert [parse_source(s, False) for s, _ in forward] == [parse_source(s, True) for s, _ in reverse]
 
 
 def test_generated_folder_is_a_data_dir(generated):
@@ -276,8 +284,17 @@ def test_generator_refuses_a_non_empty_folder(tmp_path):
 
 def test_generator_command_line(tmp_path):
     out = tmp_path / "llt"
-    command = [str(Path(sys.executable).parent / "fairseq-monoattn-lookup-tables"), "generate", "--out", str(out),
-               "--seed", "9", "--reverse", "--bound", "800"]
+    command = [
+        str(Path(sys.executable).parent / "fairseq-monoattn-lookup-tables"),
+        "generate",
+        "--out",
+        str(out),
+        "--seed",
+        "9",
+        "--reverse",
+        "--bound",
+        "800",
+    ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert len(build_reverse_lookup(0, out)["test9"]) == 800

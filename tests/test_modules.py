@@ -1,27 +1,38 @@
 """Equations of the attention building blocks, checked on hand-computed values."""
+
 import math
 
 import pytest
 import torch
-
 from model_helpers import location_attention
+
 from fairseq_monoattn.modules import (
-    ContentScores, CrossAttention, DirectionGate, LocationAttention, RelativeScores, RotaryScores,
-    leaky_clamp, softstair,
+    ContentScores,
+    CrossAttention,
+    DirectionGate,
+    LocationAttention,
+    RelativeScores,
+    RotaryScores,
+    leaky_clamp,
+    softstair,
 )
 from fairseq_monoattn.modules.positions import (
-    normalized_positions, padding_mask, reversal_index, rotate_pairs, sinusoid,
+    normalized_positions,
+    padding_mask,
+    reversal_index,
+    rotate_pairs,
+    sinusoid,
 )
 
 
 def test_softstair_hand_values():
     x = torch.tensor([0.0, 0.5, 1.25, 2.75, -0.25])
     expected = [
-        0 + 1 / (1 + math.exp(10)),        # sigmoid(20 * (0 - 0.5))
-        0.5,                               # floor 0 + sigmoid(0)
-        1 + 1 / (1 + math.exp(5)),         # sigmoid(20 * -0.25)
-        2 + 1 / (1 + math.exp(-5)),        # sigmoid(20 * 0.25)
-        -1 + 1 / (1 + math.exp(-5)),       # floor -1, fraction 0.75
+        0 + 1 / (1 + math.exp(10)),  # sigmoid(20 * (0 - 0.5))
+        0.5,  # floor 0 + sigmoid(0)
+        1 + 1 / (1 + math.exp(5)),  # sigmoid(20 * -0.25)
+        2 + 1 / (1 + math.exp(-5)),  # sigmoid(20 * 0.25)
+        -1 + 1 / (1 + math.exp(-5)),  # floor -1, fraction 0.75
     ]
     assert softstair(x, 20.0).tolist() == pytest.approx(expected, abs=1e-6)
 
@@ -39,7 +50,10 @@ def test_normalized_positions_and_masks():
     assert pos[1].tolist() == pytest.approx([0, 0.25, 0.5, 0.75, 1])
     assert pos[2, 0].item() == 0  # a single position: max(1, L - 1) keeps it at 0
     assert padding_mask(lengths, 5).tolist() == [
-        [False, False, False, True, True], [False] * 5, [False, True, True, True, True]]
+        [False, False, False, True, True],
+        [False] * 5,
+        [False, True, True, True, True],
+    ]
     assert reversal_index(lengths, 5).tolist() == [[2, 1, 0, 3, 4], [4, 3, 2, 1, 0], [0, 1, 2, 3, 4]]
 
 
@@ -80,8 +94,6 @@ def _location(reference="previous", step_activation="sigmoid", clamp=False, **op
     return location_attention(reference, step_activation, clamp_slope=0.01 if clamp else None, **options)
 
 
-
-
 def _heads(*columns):
     return torch.tensor(columns, dtype=torch.float).t()  # (B, num_heads)
 
@@ -96,13 +108,13 @@ def test_location_focus_matches_the_gaussian_equation():
     assert mu.item() == pytest.approx(0.5)  # pa 0.25 + one step of 1 / (5 - 1)
     sigma = 0.27 / 5
     positions = memory["positions"][0]
-    raw = torch.exp(-((positions - 0.5) ** 2) / (2 * sigma ** 2))
+    raw = torch.exp(-((positions - 0.5) ** 2) / (2 * sigma**2))
     assert weights[0].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
     # a wider focus: sigma = (ReLU(2) + 0.27) / 5, and padding gets nothing
     memory = module.prepare(torch.tensor([4]), 6)
     weights, _ = module(_heads([100.0], [2.0]), torch.tensor([0.0]), memory, padding_mask(torch.tensor([4]), 6), 1)
     sigma = 2.27 / 4
-    raw = torch.exp(-((torch.tensor([0, 1, 2, 3]) / 3 - 1 / 3) ** 2) / (2 * sigma ** 2))
+    raw = torch.exp(-((torch.tensor([0, 1, 2, 3]) / 3 - 1 / 3) ** 2) / (2 * sigma**2))
     assert weights[0, :4].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
     assert weights[0, 4:].tolist() == [0.0, 0.0]
 
@@ -127,7 +139,8 @@ def test_location_references_and_steps():
     rho = torch.tensor([-1.0, 0.0, 2.0])
     s = torch.sigmoid(torch.tensor(20.0))
     assert mono.step(rho).tolist() == pytest.approx(
-        (s * torch.relu(rho) + (1 - s) * torch.sigmoid(5 * rho)).tolist(), abs=1e-7)
+        (s * torch.relu(rho) + (1 - s) * torch.sigmoid(5 * rho)).tolist(), abs=1e-7
+    )
     assert _location(step_activation="relu").step(rho).tolist() == [0.0, 0.0, 2.0]
     assert _location(step_activation="none").step(rho).tolist() == [-1.0, 0.0, 2.0]
     assert [_location(r).num_heads for r in ("previous", "initial-bias", "gated")] == [2, 3, 4]
@@ -137,7 +150,7 @@ def test_invalid_choices_name_the_option():
     with pytest.raises(ValueError, match="--reference"):
         _location(reference="sideways")
     with pytest.raises(ValueError, match="--step-activation"):
-        _location(step_activation="tanh")
+        _location(step_activation="not-a-step")
     with pytest.raises(ValueError, match="--location-normalization"):
         _location(location_normalization="max")
     with pytest.raises(ValueError, match="--attention-scoring"):
@@ -162,8 +175,12 @@ def test_relative_scores_equal_transformer_xl_formula():
     assert torch.allclose(content(query, content.prepare(keys), 1), query @ keys[0].t() / math.sqrt(dim))
     rotary = RotaryScores(dim)
     rot = rotary(query, rotary.prepare(keys), 2)
-    want_rot = torch.stack([rotate_pairs(query[0], torch.tensor(2.0)) @ rotate_pairs(keys[0, i], torch.tensor(float(i)))
-                            for i in range(width)]) / math.sqrt(dim)
+    want_rot = torch.stack(
+        [
+            rotate_pairs(query[0], torch.tensor(2.0)) @ rotate_pairs(keys[0, i], torch.tensor(float(i)))
+            for i in range(width)
+        ]
+    ) / math.sqrt(dim)
     assert torch.allclose(rot[0], want_rot, atol=1e-5)
 
 

@@ -1,25 +1,50 @@
 """The paper's numbers (fairseq_monoattn.catalog): spot checks re-read from the paper's
 tables by hand, the plugin's names, and the helpers. Does not read the paper itself."""
+
 import pytest
 
 from fairseq_monoattn import catalog as paper
-from fairseq_monoattn.catalog import (
-    ACCURACY, EDIT_DISTANCE, TABLES, paper_cell, paper_value, verdict)
+from fairseq_monoattn.catalog import ACCURACY, EDIT_DISTANCE, TABLES, paper_cell, paper_value, verdict
 
 ARCHS = {
-    "gru_content", "gru_relative", "gru_locattn", "gru_birelative", "gru_birope", "gru_onestep",
-    "gru_monoattn", "gru_rmonoattn", "gru_mix_locattn", "gru_locattn_s", "gru_mix_locattn_s",
-    "gru_mix_locattn_s_pr", "gru_mix_onestep", "gru_mix_onestep_pr", "gru_mix_monoattn",
-    "gru_mix_monoattn_pr", "gru_mix_rmonoattn", "gru_mix_rmonoattn_pr", "gru_onestep_minus_step2",
-    "gru_onestep_minus_step3", "gru_onestep_minus_sigmoid",
+    "gru_content",
+    "gru_relative",
+    "gru_locattn",
+    "gru_birelative",
+    "gru_birope",
+    "gru_onestep",
+    "gru_monoattn",
+    "gru_rmonoattn",
+    "gru_mix_locattn",
+    "gru_locattn_s",
+    "gru_mix_locattn_s",
+    "gru_mix_locattn_s_pr",
+    "gru_mix_onestep",
+    "gru_mix_onestep_pr",
+    "gru_mix_monoattn",
+    "gru_mix_monoattn_pr",
+    "gru_mix_rmonoattn",
+    "gru_mix_rmonoattn_pr",
+    "gru_onestep_minus_step2",
+    "gru_onestep_minus_step3",
+    "gru_onestep_minus_sigmoid",
 }
 DIGITS = ("test15", "test30", "test100")
 LOOKUP = ("test7", "test9", "test11")
 IID = ("test_iid", "test15", "test30", "test100")
 VALID_SPLITS = {
-    "copy": DIGITS, "reverse_copy": DIGITS, "recopy": DIGITS, "reverse_recopy": DIGITS,
-    "inv_recopy": DIGITS, "inv_reverse_recopy": DIGITS, "lookup": LOOKUP, "reverse_lookup": LOOKUP,
-    "dedupe": IID, "posretrieve": IID, "scan": ("test",), "cfq": ("test",),
+    "copy": DIGITS,
+    "reverse_copy": DIGITS,
+    "recopy": DIGITS,
+    "reverse_recopy": DIGITS,
+    "inv_recopy": DIGITS,
+    "inv_reverse_recopy": DIGITS,
+    "lookup": LOOKUP,
+    "reverse_lookup": LOOKUP,
+    "dedupe": IID,
+    "posretrieve": IID,
+    "scan": ("test",),
+    "cfq": ("test",),
 }
 
 # (task, arch, splits, expected values at those splits), read again from the paper's tables.
@@ -91,8 +116,7 @@ def test_names_and_splits_are_the_plugins():
 def test_tables_cover_every_cell_and_every_row_is_complete():
     assert set(TABLES) == {"table2", "table3-scan", "table5", "table6", "appendix"}
     sizes = {name: len(pairs) for name, pairs in TABLES.items()}
-    assert sizes == {"table2": 6 * 8, "table3-scan": 6 * 2 + 12, "table5": 4 * 8, "table6": 5 * 2,
-                     "appendix": 12 * 8}
+    assert sizes == {"table2": 6 * 8, "table3-scan": 6 * 2 + 12, "table5": 4 * 8, "table6": 5 * 2, "appendix": 12 * 8}
     reported = {pair for pairs in TABLES.values() for pair in pairs}
     assert reported == {(task, arch) for task, by_arch in ACCURACY.items() for arch in by_arch}
     for task, arch in reported:

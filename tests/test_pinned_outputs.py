@@ -1,10 +1,10 @@
 """Every preset computes the function it computed when tests/fixtures/pinned_outputs.json was
 written (see tests/pinned_outputs.py): the same initial draw from the same seed, the same
 log-probabilities, attention and gradients, in float64."""
+
 import json
 
 import pytest
-
 from pinned_outputs import FIXTURE, configurations, pinned
 
 PINNED = json.loads(FIXTURE.read_text())

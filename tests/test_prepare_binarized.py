@@ -1,9 +1,13 @@
 """Every binarized split loads through fairseq's translation task with the right number of
 examples, and decodes back to its raw line followed by EOS."""
+
 import pytest
 
-TASK_SPLITS = [(task, split) for task in ("copy", "inv_recopy", "dedupe", "posretrieve")
-               for split in ("train", "valid", "test100", "test_iid")]
+TASK_SPLITS = [
+    (task, split)
+    for task in ("copy", "inv_recopy", "dedupe", "posretrieve")
+    for split in ("train", "valid", "test100", "test_iid")
+]
 TASK_SPLITS += [("scan", split) for split in ("train", "valid", "test")]
 
 
@@ -13,8 +17,7 @@ def load_split():
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
     def load(folder, split):
-        config = TranslationConfig(data=str(folder / "bin"), source_lang="src", target_lang="tgt",
-                                   dataset_impl="mmap")
+        config = TranslationConfig(data=str(folder / "bin"), source_lang="src", target_lang="tgt", dataset_impl="mmap")
         task = TranslationTask.setup_task(config)
         task.load_dataset(split)
         return task.dataset(split)
@@ -42,8 +45,7 @@ def test_split_loads_in_fairseq_and_decodes_to_raw(prepared, load_split, task, s
 def test_dictionaries_list_train_tokens_by_count_then_token(prepared):
     data = prepared("scan")
     for lang in ("src", "tgt"):
-        entries = [line.split() for line in
-                   (data.out / "bin" / f"dict.{lang}.txt").read_text().splitlines()]
+        entries = [line.split() for line in (data.out / "bin" / f"dict.{lang}.txt").read_text().splitlines()]
         counts = [(-int(count), token) for token, count in entries]
         assert counts == sorted(counts)
         train_tokens = {tok for line in data.lines("train", lang) for tok in line.split()}

@@ -1,6 +1,7 @@
 """The command line: runs as a script from any folder and as the installed
 `fairseq-monoattn-prepare`, exit code 2 with a one-line message (no traceback) for bad input,
 --out protected unless --force."""
+
 import json
 import shutil
 import subprocess
@@ -9,23 +10,34 @@ from pathlib import Path
 
 import pytest
 
+from fairseq_monoattn.catalog import TASKS
 from fairseq_monoattn.data.common import DataError
 from fairseq_monoattn.data.prepare import prepare
 from fairseq_monoattn.data.scan import DEFAULT_DATA_DIR as SCAN_FILES
-from fairseq_monoattn.catalog import TASKS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "preprocess" / "prepare.py"
-ALL_TASKS = ["copy", "reverse_copy", "lookup", "reverse_lookup", "recopy", "reverse_recopy", "inv_recopy",
-             "inv_reverse_recopy", "dedupe", "posretrieve", "scan", "cfq"]
+ALL_TASKS = [
+    "copy",
+    "reverse_copy",
+    "lookup",
+    "reverse_lookup",
+    "recopy",
+    "reverse_recopy",
+    "inv_recopy",
+    "inv_reverse_recopy",
+    "dedupe",
+    "posretrieve",
+    "scan",
+    "cfq",
+]
 
 
 INSTALLED = Path(sys.executable).parent / "fairseq-monoattn-prepare"
 
 
 def run(args, cwd, program=(sys.executable,)):
-    return subprocess.run([*map(str, program), *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([*map(str, program), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_registry_names_every_task():

@@ -1,5 +1,6 @@
 """The eight digit tasks: every rule re-checked on every written example, split sizes,
 exact length ranges, distinct sources, test_iid disjoint from train, determinism."""
+
 import hashlib
 import itertools
 import os
@@ -13,8 +14,16 @@ import pytest
 
 from fairseq_monoattn.data import digits
 
-DIGIT_TASKS = ["copy", "reverse_copy", "recopy", "reverse_recopy", "inv_recopy",
-               "inv_reverse_recopy", "dedupe", "posretrieve"]
+DIGIT_TASKS = [
+    "copy",
+    "reverse_copy",
+    "recopy",
+    "reverse_recopy",
+    "inv_recopy",
+    "inv_reverse_recopy",
+    "dedupe",
+    "posretrieve",
+]
 EXPECTED_SPLITS = {  # split: (size, min length, max length), as docs/data.md lists them
     "train": (10_000, 5, 10),
     "valid": (2_000, 10, 15),
@@ -31,6 +40,7 @@ DIGIT_TOKENS = set("0123456789")
 
 
 # --- the rules, written again independently of preprocess/digits.py ---------------------
+
 
 def times_written(digit: str) -> int:
     return {"0": 1, "1": 1, "2": 1, "3": 1, "4": 3, "5": 3, "6": 3, "7": 5, "8": 5, "9": 5}[digit]
@@ -78,6 +88,7 @@ def original_digits(task, src, tgt):
 
 
 # --- tests ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("task", DIGIT_TASKS)
 def test_rule_holds_on_every_example_of_every_split(prepared, task):
@@ -143,7 +154,10 @@ def test_rules_reproduce_the_papers_examples():
     assert "".join(digits.recopy(list("0123456789"))) == "0123444555666777778888899999"
     assert digits.RULES["recopy"](list("4798")) == ([*"4798"], "4 4 4 7 7 7 7 7 9 9 9 9 9 8 8 8 8 8".split())
     assert digits.RULES["reverse_recopy"](list("4798"))[1] == "8 8 8 8 8 9 9 9 9 9 7 7 7 7 7 4 4 4".split()
-    assert digits.RULES["inv_reverse_recopy"](list("4798")) == ("8 8 8 8 8 9 9 9 9 9 7 7 7 7 7 4 4 4".split(), [*"4798"])
+    assert digits.RULES["inv_reverse_recopy"](list("4798")) == (
+        "8 8 8 8 8 9 9 9 9 9 7 7 7 7 7 4 4 4".split(),
+        [*"4798"],
+    )
     assert digits.RULES["dedupe"]("4 4 4 7 7 7 7 9 9 9 9 9 8 8 8 8 8".split())[1] == [*"4798"]
     target = digits.RULES["posretrieve"]("5 4 2 7 9 6 9 5 7 3".split())[1]
     assert " ".join(target) == "5 : 6 ; 4 : 9 ; 2 : 2 ; 7 : 5 ; 9 : 3 ; 6 : 9 ; 9 : 3 ; 5 : 6 ; 7 : 5 ; 3 : 7 ;"
@@ -180,12 +194,15 @@ def test_same_seed_gives_identical_bytes_and_another_seed_changes_raw(prepared, 
 
 def test_generation_does_not_depend_on_the_interpreter_run():
     """String seeding is stable: another process with another hash seed draws the same data."""
-    code = ("import hashlib; from fairseq_monoattn.data.digits import build_recopy; s = build_recopy(7, None); "
-            "print(hashlib.sha256(repr(s).encode()).hexdigest())")
+    code = (
+        "import hashlib; from fairseq_monoattn.data.digits import build_recopy; s = build_recopy(7, None); "
+        "print(hashlib.sha256(repr(s).encode()).hexdigest())"
+    )
     env = dict(os.environ, PYTHONHASHSEED="12345")
     repo_root = Path(__file__).resolve().parents[1]
-    child = subprocess.run([sys.executable, "-c", code], cwd=repo_root, env=env,
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo_root, env=env, capture_output=True, text=True, check=True
+    )
     here = hashlib.sha256(repr(digits.build_recopy(7, None)).encode()).hexdigest()
     assert child.stdout.strip() == here
 

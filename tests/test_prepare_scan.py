@@ -1,5 +1,6 @@
 """SCAN length split: counts of the shipped files, the TAB split, the upstream-only split,
 and the messages for malformed or missing data."""
+
 import re
 import shutil
 from collections import Counter
@@ -7,8 +8,7 @@ from collections import Counter
 import pytest
 
 from fairseq_monoattn.data.common import DataError
-from fairseq_monoattn.data.scan import (DEFAULT_DATA_DIR, build_scan, read_tab_file,
-                             read_upstream_file)
+from fairseq_monoattn.data.scan import DEFAULT_DATA_DIR, build_scan, read_tab_file, read_upstream_file
 
 UPSTREAM_TRAIN = DEFAULT_DATA_DIR / "tasks_train_length.txt"
 UPSTREAM_TEST = DEFAULT_DATA_DIR / "tasks_test_length.txt"
@@ -44,8 +44,7 @@ def test_upstream_counts(upstream):
 
 def test_default_is_the_authors_tab_split(upstream):
     splits = build_scan(1, None)
-    assert {name: len(ex) for name, ex in splits.items()} == {"train": 13_070, "valid": 3_920,
-                                                              "test": 3_920}
+    assert {name: len(ex) for name, ex in splits.items()} == {"train": 13_070, "valid": 3_920, "test": 3_920}
     assert Counter(pairs(splits["train"] + splits["valid"])) == Counter(pairs(upstream["train"]))
     assert pairs(splits["test"]) == pairs(upstream["test"])  # leading spaces stripped
     assert all(ex.length == len(ex.source.split()) for split in splits.values() for ex in split)

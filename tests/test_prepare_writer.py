@@ -1,5 +1,6 @@
 """The shared writer on small hand-made splits: dictionaries, tokens only seen outside train,
 normalisation, and the safety rules for the output folder."""
+
 import json
 
 import pytest
@@ -32,8 +33,13 @@ def test_dictionaries_train_first_then_other_tokens(tmp_path):
     assert (bin_dir / "dict.tgt.txt").read_text() == "Y 4\nX 1\nW 1\nZ 1\n"
     assert manifest["dictionaries"]["src"] == {"size": 4 + 5, "not_in_train": ["e", "d"]}
     assert manifest["dictionaries"]["tgt"]["not_in_train"] == ["W", "Z"]
-    assert manifest["splits"]["test"] == {"size": 2, "min_length": 1, "max_length": 3,
-                                          "max_source_tokens": 3, "max_target_tokens": 2}
+    assert manifest["splits"]["test"] == {
+        "size": 2,
+        "min_length": 1,
+        "max_length": 3,
+        "max_source_tokens": 3,
+        "max_target_tokens": 2,
+    }
     assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
 
 

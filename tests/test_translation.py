@@ -1,28 +1,77 @@
 """Drop-in for ordinary translation: fairseq's own `translation` task, separate source and
 target dictionaries, BPE-style subwords, beam 5 and sacreBLEU, all through the console scripts."""
+
 import re
 
-from fairseq_cli_helpers import USER_DIR, hypotheses, run_command
 import translation_corpus
+from fairseq_cli_helpers import USER_DIR, hypotheses, run_command
 
 
 def test_translation_task_end_to_end(tmp_path):
     splits = translation_corpus.corpus(seed=0)
     translation_corpus.write(splits, tmp_path / "raw")
     raw, data = tmp_path / "raw", tmp_path / "bin"
-    run_command("fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
-                "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
-                "--destdir", str(data), "--workers", "1")
+    run_command(
+        "fairseq-preprocess",
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        "--trainpref",
+        f"{raw}/train",
+        "--validpref",
+        f"{raw}/valid",
+        "--testpref",
+        f"{raw}/test",
+        "--destdir",
+        str(data),
+        "--workers",
+        "1",
+    )
     src_dict = (data / "dict.src.txt").read_text().split()[::2]
     tgt_dict = (data / "dict.tgt.txt").read_text().split()[::2]
     assert not set(src_dict) & set(tgt_dict)  # really two vocabularies
-    run_command("fairseq-train", str(data), "--user-dir", USER_DIR, "--task", "translation",
-                "--arch", "gru_mix_onestep", "--optimizer", "adam", "--lr", "3e-3", "--clip-norm", "5",
-                "--batch-size", "32", "--max-epoch", "6", "--save-dir", str(tmp_path / "ck"),
-                "--no-epoch-checkpoints", "--no-progress-bar", "--seed", "1")
-    out = run_command("fairseq-generate", str(data), "--user-dir", USER_DIR, "--path",
-                      str(tmp_path / "ck" / "checkpoint_last.pt"), "--beam", "5", "--scoring", "sacrebleu",
-                      "--remove-bpe", "--batch-size", "32")
+    run_command(
+        "fairseq-train",
+        str(data),
+        "--user-dir",
+        USER_DIR,
+        "--task",
+        "translation",
+        "--arch",
+        "gru_mix_onestep",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "3e-3",
+        "--clip-norm",
+        "5",
+        "--batch-size",
+        "32",
+        "--max-epoch",
+        "6",
+        "--save-dir",
+        str(tmp_path / "ck"),
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
+        "--seed",
+        "1",
+    )
+    out = run_command(
+        "fairseq-generate",
+        str(data),
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        str(tmp_path / "ck" / "checkpoint_last.pt"),
+        "--beam",
+        "5",
+        "--scoring",
+        "sacrebleu",
+        "--remove-bpe",
+        "--batch-size",
+        "32",
+    )
     found = hypotheses(out.splitlines())
     assert sorted(found) == list(range(len(splits["test"])))
     assert not any("@@" in text for text in found.values())  # subwords merged back

@@ -2,6 +2,7 @@
 
 Source and target use different vocabularies; every source word has one translation,
 and the target moves the sentence's last word to the front (a little reordering)."""
+
 import random
 
 SYLLABLES = ["ka", "lo", "mi", "ru", "sen", "ta", "vo", "ni", "pe", "dar"]

@@ -13,6 +13,7 @@ Each ``<name>.pt`` is a dict of plain tensors, lists, strings and numbers (``tor
 weights_only=True)`` reads it); PROVENANCE.md, written next to the files, describes the fields.
 README.md beside this script maps the release's parameters onto the plugin's.
 """
+
 import argparse
 import ast
 import importlib
@@ -52,8 +53,15 @@ MODELS = [
 # position_max_len only sizes the release's fixed sinusoid tables (relative distances
 # -max..max, RoPE positions 0..max-1): every row is the same whatever the size, and 64 covers
 # every distance and position this batch uses (42 source positions, 41 decoder steps).
-SMALL = dict(embd_dim=8, encoder_hidden_size=8, decoder_hidden_size=16, qk_head_dim=16,
-             inter_value_size=16, v_head_dim=16, position_max_len=64)
+SMALL = dict(
+    embd_dim=8,
+    encoder_hidden_size=8,
+    decoder_hidden_size=16,
+    qk_head_dim=16,
+    inter_value_size=16,
+    v_head_dim=16,
+    position_max_len=64,
+)
 
 SOURCE_LENGTHS = (5, 10, 15, 40)
 DIGITS = [str(i) for i in range(10)]  # the release's digit vocabulary (vocab in preprocess/process_copy.py)
@@ -117,8 +125,17 @@ def make_batch(collaters, config, vocab2idx, seed: int):
         trg = src + ["<eos>"]
         src_vec = [vocab2idx[t] for t in src]
         trg_vec = [vocab2idx[t] for t in trg]
-        items.append(dict(src=src, trg=trg, src_vec=src_vec, ptr_src_vec=list(src_vec), oov_num=0,
-                          trg_vec=trg_vec, label=list(trg_vec)))
+        items.append(
+            dict(
+                src=src,
+                trg=trg,
+                src_vec=src_vec,
+                ptr_src_vec=list(src_vec),
+                oov_num=0,
+                trg_vec=trg_vec,
+                label=list(trg_vec),
+            )
+        )
     collater = collaters.seq2seq_collater(PAD=vocab2idx["<pad>"], config=config, train=False)
     batches = collater.collate_fn(items)
     assert len(batches) == 1
@@ -144,8 +161,11 @@ def run_release(models, config, batch, seed: int):
 
     record = {"attention": [], "centre": [], "mix": [], "gate": []}
     attention = ed.attention_layer
-    hooks = [attention.register_forward_hook(
-        lambda module, args, out: record["attention"].append(out["full_attention_dist"].detach()))]
+    hooks = [
+        attention.register_forward_hook(
+            lambda module, args, out: record["attention"].append(out["full_attention_dist"].detach())
+        )
+    ]
     if hasattr(attention, "score_positions"):
         original = attention.score_positions
 
@@ -156,11 +176,17 @@ def run_release(models, config, batch, seed: int):
 
         attention.score_positions = score_positions
     if getattr(attention, "mix_attention", False):
-        hooks.append(attention.mix_scorer.register_forward_hook(
-            lambda module, args, out: record["mix"].append(torch.sigmoid(out).detach())))
+        hooks.append(
+            attention.mix_scorer.register_forward_hook(
+                lambda module, args, out: record["mix"].append(torch.sigmoid(out).detach())
+            )
+        )
     if hasattr(ed, "dir_gater"):
-        hooks.append(ed.dir_gater.register_forward_hook(
-            lambda module, args, out: record["gate"].append(torch.sigmoid(5 * out).detach())))
+        hooks.append(
+            ed.dir_gater.register_forward_hook(
+                lambda module, args, out: record["gate"].append(torch.sigmoid(5 * out).detach())
+            )
+        )
 
     with torch.no_grad():
         out = model(batch)
@@ -202,8 +228,9 @@ def plain(value):
 
 def release_commit(release: Path) -> str:
     try:
-        return subprocess.run(["git", "-C", str(release), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(release), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
 
@@ -338,19 +365,34 @@ def main():
         print(f"{path}: {model_name}, {path.stat().st_size} bytes")
 
     shutil.copyfile(release / "LICENSE", args.out / "LICENSE.release-MIT")
-    command = ("OMP_NUM_THREADS=1 python examples/release_equivalence/make_fixtures.py "
-               "--release /path/to/MonotonicLocationAttention --out " + str(args.out))
-    for flag, value, default in (("--dataset", args.dataset, "copy"), ("--seed", args.seed, 0),
-                                 ("--batch-seed", args.batch_seed, 1234)):
+    command = (
+        "OMP_NUM_THREADS=1 python examples/release_equivalence/make_fixtures.py "
+        "--release /path/to/MonotonicLocationAttention --out " + str(args.out)
+    )
+    for flag, value, default in (
+        ("--dataset", args.dataset, "copy"),
+        ("--seed", args.seed, 0),
+        ("--batch-seed", args.batch_seed, 1234),
+    ):
         if value != default:
             command += f" {flag} {value}"
-    rows = "\n".join(f"| `{name}.pt` | `{model_name}_config` | {paper_name} |"
-                     for model_name, name, paper_name in MODELS)
-    (args.out / "PROVENANCE.md").write_text(PROVENANCE.format(
-        commit=commit, torch_version=torch.__version__, command=command, dataset=args.dataset,
-        model_rows=rows, small=", ".join(f"`{k}` = {v}" for k, v in SMALL.items()),
-        heads=", ".join(str(h) for h in sorted(heads)) or "1", seed=args.seed, batch_seed=args.batch_seed,
-        lengths=", ".join(str(n) for n in SOURCE_LENGTHS)))
+    rows = "\n".join(
+        f"| `{name}.pt` | `{model_name}_config` | {paper_name} |" for model_name, name, paper_name in MODELS
+    )
+    (args.out / "PROVENANCE.md").write_text(
+        PROVENANCE.format(
+            commit=commit,
+            torch_version=torch.__version__,
+            command=command,
+            dataset=args.dataset,
+            model_rows=rows,
+            small=", ".join(f"`{k}` = {v}" for k, v in SMALL.items()),
+            heads=", ".join(str(h) for h in sorted(heads)) or "1",
+            seed=args.seed,
+            batch_seed=args.batch_seed,
+            lengths=", ".join(str(n) for n in SOURCE_LENGTHS),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 values beside ours and whether each cell has the paper's verdict.  A record whose model is no
 longer the one its command builds is refused (nothing is written); an unreadable record is
 named, the others are tabled, and the exit status is 1."""
+
 import os
 import sys
 from pathlib import Path
@@ -12,16 +13,34 @@ from .common import DEFAULT_RESULTS, Parser
 
 def build_parser() -> Parser:
     parser = Parser(prog="fairseq-monoattn-aggregate", description=__doc__)
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, metavar="DIR",
-                        help="a results folder (RESULTS/TASK/ARCH/VARIANT/seedN.json)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        metavar="DIR",
+        help="a results folder (RESULTS/TASK/ARCH/VARIANT/seedN.json)",
+    )
     parser.add_argument("--variant", default="default", metavar="NAME", help="which variant's records to table")
-    parser.add_argument("--update", type=Path, default=None, metavar="FILE",
-                        help="rewrite the generated part of FILE (e.g. RESULTS.md), keep the rest")
-    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
-                        help="also draw accuracy against length per task into DIR (linked from the tables)")
-    parser.add_argument("--include-outdated", action="store_true",
-                        help="table records whose model is no longer the one their command builds (a preset or "
-                             "a default changed since they ran) instead of refusing")
+    parser.add_argument(
+        "--update",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="rewrite the generated part of FILE (e.g. RESULTS.md), keep the rest",
+    )
+    parser.add_argument(
+        "--plots",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also draw accuracy against length per task into DIR (linked from the tables)",
+    )
+    parser.add_argument(
+        "--include-outdated",
+        action="store_true",
+        help="table records whose model is no longer the one their command builds (a preset or "
+        "a default changed since they ran) instead of refusing",
+    )
     return parser
 
 
@@ -31,29 +50,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.results.is_dir():
         parser.error(f"--results {args.results}: no such folder")
     from ..experiments.aggregate import render, update_file
-    from ..experiments.runs import describe_differences, outdated_records, read_records
+    from ..experiments.runs import describe_differences, outdated_records, read_records, spec_from_dict
 
     records, problems = read_records(args.results)
     for problem in problems:
         print(f"unreadable record: {problem}", file=sys.stderr)
     if not records:
-        print(f"error: no readable records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)",
-              file=sys.stderr)
+        print(
+            f"error: no readable records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)", file=sys.stderr
+        )
         return 1
     chosen = [r for r in records if r["variant"] == args.variant]
     if not chosen:
         known = sorted({r["variant"] for r in records})
-        parser.error(f"--variant {args.variant!r}: no records of it under {args.results}; there are: "
-                     f"{', '.join(known)}")
+        parser.error(
+            f"--variant {args.variant!r}: no records of it under {args.results}; there are: {', '.join(known)}"
+        )
     outdated = outdated_records(chosen)
     if outdated and not args.include_outdated:
-        listed = "\n".join(f"  {args.results / r['task'] / r['arch'] / r['variant'] / ('seed%d.json' % r['seed'])}: "
-                           f"{describe_differences(changed, 'there')}" for r, changed in outdated[:10])
+        listed = "\n".join(
+            f"  {spec_from_dict(r).record_path(args.results)}: {describe_differences(changed, 'there')}"
+            for r, changed in outdated[:10]
+        )
         more = f"\n  ... and {len(outdated) - 10} more" if len(outdated) > 10 else ""
-        print(f"error: {len(outdated)} records of variant {args.variant!r} were trained with other model options "
-              f"than their commands build now:\n{listed}{more}\nmove them to a variant named for what they ran (its "
-              f"folder, and the record's variant and options), run them again, or pass --include-outdated; "
-              f"nothing was written", file=sys.stderr)
+        print(
+            f"error: {len(outdated)} records of variant {args.variant!r} were trained with other model options "
+            f"than their commands build now:\n{listed}{more}\nmove them to a variant named for what they ran (its "
+            f"folder, and the record's variant and options), run them again, or pass --include-outdated; "
+            f"nothing was written",
+            file=sys.stderr,
+        )
         return 1
     plots = []
     if args.plots is not None:  # linked relative to the file the tables go to
@@ -66,11 +92,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(text, end="")
     else:
         update_file(args.update, text)
-        print(f"updated {args.update} from {len(chosen)} records" + (f"; {len(plots)} pictures in {args.plots}"
-                                                                       if plots else ""))
+        print(
+            f"updated {args.update} from {len(chosen)} records"
+            + (f"; {len(plots)} pictures in {args.plots}" if plots else "")
+        )
     if problems:
-        print(f"error: {len(problems)} records under {args.results} cannot be read (listed above); the tables "
-              f"leave them out", file=sys.stderr)
+        print(
+            f"error: {len(problems)} records under {args.results} cannot be read (listed above); the tables "
+            f"leave them out",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

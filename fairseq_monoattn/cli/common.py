@@ -1,6 +1,7 @@
 """What the commands share: a parser whose errors are one line (exit status 2) and whose help
 shows every default, the options every command names the same way, and the checks made before
 anything is created."""
+
 import argparse
 import io
 import logging
@@ -44,52 +45,89 @@ def fail(message: str):
 
 # --- the shared options -------------------------------------------------------------------------
 
+
 def add_arch(parser: argparse.ArgumentParser, required: bool = True, several: bool = True, help: str = "") -> None:
-    parser.add_argument("--arch", nargs="+" if several else None, required=required, metavar="ARCH",
-                        help=help or ("presets (--arch of fairseq-train)" if several else "a preset"))
+    parser.add_argument(
+        "--arch",
+        nargs="+" if several else None,
+        required=required,
+        metavar="ARCH",
+        help=help or ("presets (--arch of fairseq-train)" if several else "a preset"),
+    )
 
 
-def add_seeds(parser: argparse.ArgumentParser, default: Optional[Sequence[int]] = DEFAULT_SEEDS,
-              help: str = "training seeds") -> None:
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(default) if default else default,
-                        metavar="SEED", help=help)
+def add_seeds(
+    parser: argparse.ArgumentParser, default: Optional[Sequence[int]] = DEFAULT_SEEDS, help: str = "training seeds"
+) -> None:
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=list(default) if default else default, metavar="SEED", help=help
+    )
 
 
 def add_budget(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-epoch", type=int, default=DEFAULT_MAX_EPOCH, metavar="N",
-                        help="epoch budget of every run (the paper: 100)")
-    parser.add_argument("--stop-after-perfect", type=int, default=DEFAULT_STOP_AFTER_PERFECT, metavar="K",
-                        help="stop a run once greedy valid accuracy has been 100 for K epochs (0: never)")
+    parser.add_argument(
+        "--max-epoch",
+        type=int,
+        default=DEFAULT_MAX_EPOCH,
+        metavar="N",
+        help="epoch budget of every run (the paper: 100)",
+    )
+    parser.add_argument(
+        "--stop-after-perfect",
+        type=int,
+        default=DEFAULT_STOP_AFTER_PERFECT,
+        metavar="K",
+        help="stop a run once greedy valid accuracy has been 100 for K epochs (0: never)",
+    )
     parser.add_argument("--data-seed", type=int, default=1, metavar="SEED", help="seed of the prepared data")
 
 
 def add_places(parser: argparse.ArgumentParser, results: Path = DEFAULT_RESULTS) -> None:
-    parser.add_argument("--work", type=Path, default=DEFAULT_WORK, metavar="DIR",
-                        help="data, checkpoints and logs (large; not for git)")
-    parser.add_argument("--results", type=Path, default=results, metavar="DIR",
-                        help="one small JSON record per finished run (commit it)")
+    parser.add_argument(
+        "--work", type=Path, default=DEFAULT_WORK, metavar="DIR", help="data, checkpoints and logs (large; not for git)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=results,
+        metavar="DIR",
+        help="one small JSON record per finished run (commit it)",
+    )
 
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="runs at once, each pinned to its share of the cores")
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="runs at once, each pinned to its share of the cores"
+    )
 
 
 def add_user_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--user-dir", type=Path, default=None, metavar="DIR",
-                        help="a package of your own that registers attention entries or presets (it imports "
-                             "fairseq_monoattn); passed to fairseq-train as --user-dir")
+    parser.add_argument(
+        "--user-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a package of your own that registers attention entries or presets (it imports "
+        "fairseq_monoattn); passed to fairseq-train as --user-dir",
+    )
 
 
 def add_variants(parser: argparse.ArgumentParser, several: bool) -> None:
-    help_text = ("a named set of extra fairseq-train options, NAME=OPTIONS (OPTIONS may be empty: the presets "
-                 "as they are); records go to RESULTS/TASK/ARCH/NAME/")
+    help_text = (
+        "a named set of extra fairseq-train options, NAME=OPTIONS (OPTIONS may be empty: the presets "
+        "as they are); records go to RESULTS/TASK/ARCH/NAME/"
+    )
     if several:
-        parser.add_argument("--variant", action="append", required=True, metavar="NAME=OPTIONS",
-                            help=help_text + "; give two or more")
+        parser.add_argument(
+            "--variant", action="append", required=True, metavar="NAME=OPTIONS", help=help_text + "; give two or more"
+        )
     else:
-        parser.add_argument("--variant", default=None, metavar="NAME=OPTIONS",
-                            help=help_text + " (default: default=, the presets as they are)")
+        parser.add_argument(
+            "--variant",
+            default=None,
+            metavar="NAME=OPTIONS",
+            help=help_text + " (default: default=, the presets as they are)",
+        )
 
 
 def parse_variant(text: str) -> Tuple[str, Tuple[str, ...]]:
@@ -105,6 +143,7 @@ def parse_variant(text: str) -> Tuple[str, Tuple[str, ...]]:
 
 
 # --- checks before anything is created ------------------------------------------------------------
+
 
 def check_tasks(parser: argparse.ArgumentParser, tasks: Iterable[str], option: str = "task") -> None:
     from ..catalog import TASKS
@@ -146,10 +185,12 @@ def check_archs(parser: argparse.ArgumentParser, archs: Iterable[str], user_dir:
     import_user_dir(user_dir)
     unknown = [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]
     if unknown:
-        mine = sorted(name for name, model in ARCH_MODEL_REGISTRY.items()
-                      if getattr(model, "__module__", "").startswith("fairseq_monoattn"))
-        parser.error(f"--arch: unknown architecture {', '.join(map(repr, unknown))}; this plugin's: "
-                     f"{', '.join(mine)}")
+        mine = sorted(
+            name
+            for name, model in ARCH_MODEL_REGISTRY.items()
+            if getattr(model, "__module__", "").startswith("fairseq_monoattn")
+        )
+        parser.error(f"--arch: unknown architecture {', '.join(map(repr, unknown))}; this plugin's: {', '.join(mine)}")
 
 
 def check_train_options(parser: argparse.ArgumentParser, arch: str, name: str, options: Sequence[str]) -> None:
@@ -162,8 +203,9 @@ def check_train_options(parser: argparse.ArgumentParser, arch: str, name: str, o
     stderr = io.StringIO()
     try:
         with redirect_stderr(stderr):
-            fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(),
-                                                input_args=["DATA", "--arch", arch, *options])
+            fairseq_options.parse_args_and_arch(
+                fairseq_options.get_training_parser(), input_args=["DATA", "--arch", arch, *options]
+            )
     except SystemExit:
         lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
         reason = lines[-1].split("error: ", 1)[-1] if lines else "fairseq-train refuses them"

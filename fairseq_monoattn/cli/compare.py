@@ -1,12 +1,24 @@
 """fairseq-monoattn-compare: one preset under two or more variants (named sets of extra
 fairseq-train options) with the same data, seeds and budget; per-seed test accuracy side by side,
 then a summary per variant.  Runs with a record are not trained again."""
+
 import sys
 from typing import List, Optional
 
 from .common import (
-    Parser, add_arch, add_budget, add_jobs, add_places, add_seeds, add_user_dir, add_variants, check_archs,
-    check_tasks, check_train_options, check_user_dir, variants_from,
+    Parser,
+    add_arch,
+    add_budget,
+    add_jobs,
+    add_places,
+    add_seeds,
+    add_user_dir,
+    add_variants,
+    check_archs,
+    check_tasks,
+    check_train_options,
+    check_user_dir,
+    variants_from,
 )
 
 
@@ -38,12 +50,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..experiments.launch import summarize_outcome
 
     user_dir = str(args.user_dir.resolve()) if args.user_dir else None
-    table, outcome = compare(args.task, args.arch, args.seeds, variants, args.max_epoch, args.work, args.results,
-                             jobs=args.jobs, data_seed=args.data_seed, stop_after_perfect=args.stop_after_perfect,
-                             user_dir=user_dir, log=lambda line: print(line, flush=True))
+    table, outcome = compare(
+        args.task,
+        args.arch,
+        args.seeds,
+        variants,
+        args.max_epoch,
+        args.work,
+        args.results,
+        jobs=args.jobs,
+        data_seed=args.data_seed,
+        stop_after_perfect=args.stop_after_perfect,
+        user_dir=user_dir,
+        log=lambda line: print(line, flush=True),
+    )
     status = summarize_outcome(outcome, log=print)
-    print(f"\n{args.task}, {args.arch}, {args.max_epoch} epochs, data seed {args.data_seed}; "
-          "test accuracy % (g: mean direction gate on the first split)\n")
+    print(
+        f"\n{args.task}, {args.arch}, {args.max_epoch} epochs, data seed {args.data_seed}; "
+        "test accuracy % (g: mean direction gate on the first split)\n"
+    )
     print(table)
     return status
 

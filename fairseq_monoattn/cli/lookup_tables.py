@@ -1,4 +1,5 @@
 """fairseq-monoattn-lookup-tables: generate a new set of lookup tables and their splits."""
+
 import sys
 
 from ..data.lookup import main

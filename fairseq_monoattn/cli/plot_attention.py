@@ -8,6 +8,7 @@ checkpoints give a grid on one colour scale.
 
 Each model decodes the source greedily (beam 1) unless --target forces an output.  An existing
 --out is never replaced without --force."""
+
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -17,18 +18,31 @@ from .common import Parser, add_user_dir
 
 def build_parser() -> Parser:
     parser = Parser(prog="fairseq-monoattn-plot-attention", description=__doc__)
-    parser.add_argument("--checkpoint", nargs="+", required=True, type=Path, metavar="FILE",
-                        help="one checkpoint, or several for a grid (one panel each)")
-    parser.add_argument("--data", nargs="+", required=True, type=Path, metavar="DIR",
-                        help="binarized data folder (DIR/bin) with the dictionaries; one, or one per checkpoint")
+    parser.add_argument(
+        "--checkpoint",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="one checkpoint, or several for a grid (one panel each)",
+    )
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="binarized data folder (DIR/bin) with the dictionaries; one, or one per checkpoint",
+    )
     parser.add_argument("--source", required=True, help='source tokens, space-separated, e.g. "4 7 9 8"')
     parser.add_argument("--target", help="force this output instead of the greedy hypothesis")
     parser.add_argument("--labels", nargs="+", help="panel titles, one per checkpoint (default: architecture)")
     parser.add_argument("--title", help="figure title")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="PNG file to write")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
-    parser.add_argument("--max-len-a", type=float, default=5.0,
-                        help="greedy output length limit a*(n+1)+b, n source tokens")
+    parser.add_argument(
+        "--max-len-a", type=float, default=5.0, help="greedy output length limit a*(n+1)+b, n source tokens"
+    )
     parser.add_argument("--max-len-b", type=int, default=10, help="see --max-len-a")
     add_user_dir(parser)
     return parser

@@ -1,12 +1,24 @@
 """fairseq-monoattn-run: train presets on a task with the paper's recipe (preparing the data if
 needed), score every test split of each best checkpoint, record each run, print the tables.
 A run with a record is skipped; an interrupted run resumes from its last checkpoint."""
+
 import sys
 from typing import List, Optional
 
 from .common import (
-    Parser, add_arch, add_budget, add_jobs, add_places, add_seeds, add_user_dir, add_variants, check_archs,
-    check_tasks, check_train_options, check_user_dir, variants_from,
+    Parser,
+    add_arch,
+    add_budget,
+    add_jobs,
+    add_places,
+    add_seeds,
+    add_user_dir,
+    add_variants,
+    check_archs,
+    check_tasks,
+    check_train_options,
+    check_user_dir,
+    variants_from,
 )
 
 
@@ -40,9 +52,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..experiments.runs import read_records
 
     user_dir = str(args.user_dir.resolve()) if args.user_dir else None
-    specs = [RunSpec(task=args.task, arch=arch, seed=seed, data_seed=args.data_seed, variant=name, options=options,
-                     max_epoch=args.max_epoch, stop_after_perfect=args.stop_after_perfect, user_dir=user_dir)
-             for arch in args.arch for seed in args.seeds]
+    specs = [
+        RunSpec(
+            task=args.task,
+            arch=arch,
+            seed=seed,
+            data_seed=args.data_seed,
+            variant=name,
+            options=options,
+            max_epoch=args.max_epoch,
+            stop_after_perfect=args.stop_after_perfect,
+            user_dir=user_dir,
+        )
+        for arch in args.arch
+        for seed in args.seeds
+    ]
     outcome = run_local(specs, args.work, args.results, jobs=args.jobs, log=lambda line: print(line, flush=True))
     status = summarize_outcome(outcome, log=print)
     records, _ = read_records(args.results)

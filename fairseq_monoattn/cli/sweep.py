@@ -1,6 +1,7 @@
 """fairseq-monoattn-sweep: run, resume or inspect a named sweep of the paper's experiments
 (tasks x presets x seeds, at the sweep's budget).  Records go to --results, one per run; a run
 with a record is skipped, an interrupted one resumes."""
+
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -13,30 +14,44 @@ def build_parser() -> Parser:
     from ..experiments.sweeps import SWEEPS
 
     parser = Parser(prog="fairseq-monoattn-sweep", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,status}",
-                                     parser_class=Parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,status}", parser_class=Parser)
     commands.add_parser("list", help="the named sweeps", description="The named sweeps and their sizes.")
     for name in ("run", "status"):
-        sub = commands.add_parser(name, help="run (resume) a sweep" if name == "run" else "done / left of a sweep",
-                                  description=f"{'Run (resume)' if name == 'run' else 'What is done and left of'} "
-                                              f"a named sweep.")
+        sub = commands.add_parser(
+            name,
+            help="run (resume) a sweep" if name == "run" else "done / left of a sweep",
+            description=f"{'Run (resume)' if name == 'run' else 'What is done and left of'} a named sweep.",
+        )
         sub.add_argument("sweep", help=", ".join(SWEEPS))
         add_places(sub)
         add_seeds(sub, default=None, help="instead of the sweep's seeds")
         sub.add_argument("--task", nargs="+", default=None, metavar="TASK", help="only these tasks of the sweep")
         add_arch(sub, required=False, help="only these presets of the sweep")
-        sub.add_argument("--more-seeds-where-different", type=int, nargs="+", default=[], metavar="SEED",
-                         help="also run these seeds for every cell whose records over the sweep's seeds (or --seeds) "
-                              "disagree with the paper: a median with another verdict at some length, or for SCAN "
-                              "and CFQ a mean outside the paper's mean ± 2 std")
+        sub.add_argument(
+            "--more-seeds-where-different",
+            type=int,
+            nargs="+",
+            default=[],
+            metavar="SEED",
+            help="also run these seeds for every cell whose records over the sweep's seeds (or --seeds) "
+            "disagree with the paper: a median with another verdict at some length, or for SCAN "
+            "and CFQ a mean outside the paper's mean ± 2 std",
+        )
     run = commands.choices["run"]
     add_jobs(run)
-    run.add_argument("--commit", action="store_true",
-                     help="git-commit each record as its run finishes (and first, any record of the sweep that no "
-                          "sweep committed)")
-    run.add_argument("--data-dir", type=Path, default=None, metavar="PATH",
-                     help="source data of a task the repository does not ship (table3-cfq: the CFQ 1.1 release, "
-                          "cfq1.1.tar.gz or its folder); read once to prepare WORK/data, before any run starts")
+    run.add_argument(
+        "--commit",
+        action="store_true",
+        help="git-commit each record as its run finishes (and first, any record of the sweep that no sweep committed)",
+    )
+    run.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="source data of a task the repository does not ship (table3-cfq: the CFQ 1.1 release, "
+        "cfq1.1.tar.gz or its folder); read once to prepare WORK/data, before any run starts",
+    )
     run.add_argument("--slurm", action="store_true", help="submit to SLURM through submitit instead")
     run.add_argument("--partition", default=None, help="SLURM partition (with --slurm)")
     run.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per run (with --slurm)")
@@ -81,8 +96,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         print("\n".join(status(sweep, args.results, records)))
         if problems:
-            print(f"error: {len(problems)} records under {args.results} cannot be read (listed above); the counts "
-                  f"leave them out", file=sys.stderr)
+            print(
+                f"error: {len(problems)} records under {args.results} cannot be read (listed above); the counts "
+                f"leave them out",
+                file=sys.stderr,
+            )
         return 1 if problems else 0
     return run_sweep(parser, args, sweep)
 
@@ -108,17 +126,29 @@ def run_sweep(parser: Parser, args, sweep) -> int:
 
     def commit_left_records():
         for spec in uncommitted_records(specs, args.results) if args.commit else ():
-            log(f"[{spec.key}] committing its record, which no sweep committed (its run finished after its "
-                f"sweep stopped, or under SLURM)")
+            log(
+                f"[{spec.key}] committing its record, which no sweep committed (its run finished after its "
+                f"sweep stopped, or under SLURM)"
+            )
             commit_record(spec, spec.record_path(args.results), log=log)
 
     commit_left_records()
     if args.slurm:
-        parameters = dict(slurm_partition=args.partition, cpus_per_task=args.cpus_per_task,
-                          gpus_per_node=args.gpus_per_node, timeout_min=args.timeout_min,
-                          slurm_array_parallelism=args.array_parallelism)
-        launch.run_submitit(specs, args.work, args.results, args.work / "submitit", log=log,
-                            **{k: v for k, v in parameters.items() if v is not None})
+        parameters = dict(
+            slurm_partition=args.partition,
+            cpus_per_task=args.cpus_per_task,
+            gpus_per_node=args.gpus_per_node,
+            timeout_min=args.timeout_min,
+            slurm_array_parallelism=args.array_parallelism,
+        )
+        launch.run_submitit(
+            specs,
+            args.work,
+            args.results,
+            args.work / "submitit",
+            log=log,
+            **{k: v for k, v in parameters.items() if v is not None},
+        )
         commit_left_records()
         return 0
     on_record = (lambda spec, path: commit_record(spec, path, log=log)) if args.commit else None

@@ -3,6 +3,7 @@ from any folder:
 
     fairseq-train DATA --user-dir "$(fairseq-monoattn-user-dir)" --arch gru_onestep ...
 """
+
 import sys
 from pathlib import Path
 

@@ -12,6 +12,7 @@ number of batches and workers):
 * ``exact_match``: percent of sequences whose every target token, EOS included, is the
   argmax: teacher-forced exact match.
 """
+
 import math
 from dataclasses import dataclass, field
 

@@ -15,6 +15,7 @@ The release's ``dataset.json`` is a JSON array of about 4 GB.  It is read as a s
 record at a time (also straight out of ``cfq1.1.tar.gz``, never extracted to disk), and only
 the two converted strings of each needed record are kept.
 """
+
 import codecs
 import json
 import string
@@ -25,11 +26,12 @@ from typing import IO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .common import DataError, Example, Splits
 
-
 RELEASE_NAME = "cfq1.1.tar.gz"
-RELEASE_HINT = (f"the CFQ 1.1 release {RELEASE_NAME} (from the google-research `cfq` project, "
-                "https://github.com/google-research/google-research/tree/master/cfq; "
-                "download https://storage.cloud.google.com/cfq_dataset/cfq1.1.tar.gz)")
+RELEASE_HINT = (
+    f"the CFQ 1.1 release {RELEASE_NAME} (from the google-research `cfq` project, "
+    "https://github.com/google-research/google-research/tree/master/cfq; "
+    "download https://storage.cloud.google.com/cfq_dataset/cfq1.1.tar.gz)"
+)
 QUESTION_FIELD = "questionPatternModEntities"
 QUERY_FIELD = "sparqlPatternModEntities"
 SPLIT_KEYS = {"train": "trainIdxs", "valid": "devIdxs", "test": "testIdxs"}
@@ -47,6 +49,7 @@ Pair = Tuple[str, str]  # (converted question, converted query)
 
 # --- conversion ---------------------------------------------------------------------------
 
+
 def preprocess_question(question: str) -> str:
     """Spaces around every ASCII punctuation character, whitespace collapsed."""
     spaced = "".join(f" {char} " if char in string.punctuation else char for char in question)
@@ -58,14 +61,15 @@ def preprocess_sparql(query: str) -> str:
     tokens = []
     for token in query.replace("count(*)", "count ( * )").split():
         if token.startswith("ns:"):
-            token = token[len("ns:"):]
+            token = token[len("ns:") :]
         if token.startswith("m."):
-            token = "m_" + token[len("m."):]
+            token = "m_" + token[len("m.") :]
         tokens.append(token)
     return " ".join(tokens)
 
 
 # --- streaming a JSON array -----------------------------------------------------------------
+
 
 class _DuplicateField(Exception):
     pass
@@ -103,7 +107,7 @@ class _TextStream:
         new_text = self.decoder.decode(data, final=self.eof)
         del data
         self.consumed += self.pos
-        rest, self.text = self.text[self.pos:], ""
+        rest, self.text = self.text[self.pos :], ""
         self.text = rest + new_text
         self.pos = 0
         return not self.eof
@@ -119,8 +123,11 @@ class _TextStream:
                 return ""
 
 
-def iter_json_array(stream: IO[bytes], path, chunk_size: Optional[int] = None,
-                    ) -> Iterator[Tuple[int, dict]]:
+def iter_json_array(
+    stream: IO[bytes],
+    path,
+    chunk_size: Optional[int] = None,
+) -> Iterator[Tuple[int, dict]]:
     """(index, object) for each element of a top-level JSON array, read chunk by chunk
     (CHUNK_SIZE bytes unless chunk_size is given)."""
     text = _TextStream(stream, chunk_size or CHUNK_SIZE)
@@ -166,14 +173,14 @@ def iter_json_array(stream: IO[bytes], path, chunk_size: Optional[int] = None,
         raise DataError(f"not UTF-8 text: {error}", path) from None
 
 
-def read_pairs(stream: IO[bytes], path, wanted: Optional[Callable[[int], bool]] = None,
-               chunk_size: Optional[int] = None) -> Tuple[Dict[int, Pair], int]:
+def read_pairs(
+    stream: IO[bytes], path, wanted: Optional[Callable[[int], bool]] = None, chunk_size: Optional[int] = None
+) -> Tuple[Dict[int, Pair], int]:
     """({index: converted pair} for the wanted records (all if None), number of records)."""
     pairs: Dict[int, Pair] = {}
     count = 0
     for index, record in iter_json_array(stream, path, chunk_size):
-        question, query = (record_field(record, name, index, path)
-                           for name in (QUESTION_FIELD, QUERY_FIELD))
+        question, query = (record_field(record, name, index, path) for name in (QUESTION_FIELD, QUERY_FIELD))
         if wanted is None or wanted(index):
             pairs[index] = (preprocess_question(question), preprocess_sparql(query))
         count = index + 1
@@ -190,6 +197,7 @@ def record_field(record: dict, name: str, index: int, path) -> str:
 
 # --- the split file -------------------------------------------------------------------------
 
+
 def parse_split(data: bytes, path) -> Dict[str, List[int]]:
     """{split name: record indices} from a CFQ split file."""
     try:
@@ -201,8 +209,7 @@ def parse_split(data: bytes, path) -> Dict[str, List[int]]:
     splits = {}
     for split, key in SPLIT_KEYS.items():
         indices = obj[key]
-        if not isinstance(indices, list) or not all(
-                type(i) is int and i >= 0 for i in indices):
+        if not isinstance(indices, list) or not all(type(i) is int and i >= 0 for i in indices):
             raise DataError(f"{key} must be a list of record indices (integers >= 0)", path)
         splits[split] = indices
     return splits
@@ -213,16 +220,17 @@ def needed_by(indices: Dict[str, List[int]]) -> Callable[[int], bool]:
     return {index for values in indices.values() for index in values}.__contains__
 
 
-def select(pairs: Dict[int, Pair], count: int, indices: Dict[str, List[int]],
-           dataset_path, split_path) -> Splits:
+def select(pairs: Dict[int, Pair], count: int, indices: Dict[str, List[int]], dataset_path, split_path) -> Splits:
     """Examples of each split in index-list order; length = number of source tokens."""
     splits: Splits = {}
     for split, wanted in indices.items():
         examples = []
         for index in wanted:
             if index not in pairs:
-                raise DataError(f"{SPLIT_KEYS[split]} has index {index}, but {dataset_path} "
-                                f"has {count} records (0..{count - 1})", split_path)
+                raise DataError(
+                    f"{SPLIT_KEYS[split]} has index {index}, but {dataset_path} has {count} records (0..{count - 1})",
+                    split_path,
+                )
             source, target = pairs[index]
             examples.append(Example(source, target, len(source.split())))
         splits[split] = examples
@@ -231,10 +239,10 @@ def select(pairs: Dict[int, Pair], count: int, indices: Dict[str, List[int]],
 
 # --- where the data is ----------------------------------------------------------------------
 
+
 def missing_data_error(where=None) -> DataError:
     expected = " or ".join(f"{dataset} + {split}" for dataset, split in LAYOUTS)
-    return DataError(f"cfq needs --data-dir: {RELEASE_HINT}, or a folder holding {expected}",
-                     where)
+    return DataError(f"cfq needs --data-dir: {RELEASE_HINT}, or a folder holding {expected}", where)
 
 
 def build_cfq(seed: int, data_dir: Optional[Path]) -> Splits:
@@ -287,8 +295,7 @@ def build_from_tar(archive: Path) -> Splits:
         raise DataError(f"cannot read the archive: {error}", archive) from None
     if set(members) != {"dataset", "split"}:
         raise missing_data_error(archive)
-    return select(pairs, count, indices, f"{archive}:{members['dataset']}",
-                  f"{archive}:{members['split']}")
+    return select(pairs, count, indices, f"{archive}:{members['dataset']}", f"{archive}:{members['split']}")
 
 
 def tar_role(name: str, found: Dict[str, str]) -> Optional[str]:

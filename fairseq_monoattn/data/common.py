@@ -5,6 +5,7 @@ mapping split names (in the order they should be written) to examples.  The writ
 ``writer.py`` turns that into ``raw/``, ``bin/`` and ``manifest.json``; task modules never
 write files themselves.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional

@@ -13,13 +13,13 @@ twice in a split, and no evaluation split shares a source with train.
 "Length" is the number of original digits: for inv_recopy / inv_reverse_recopy that is
 the target length; for dedupe it is the number of groups.
 """
+
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
 
 from .common import DataError, Example, Splits, TaskBuilder
-
 
 DIGITS = tuple(str(d) for d in range(10))
 DEDUPE_GROUP_SIZES = (1, 3, 5)
@@ -54,6 +54,7 @@ SPLIT_PLANS = (
 
 
 # --- the rules --------------------------------------------------------------------------
+
 
 def repetitions(digit: str) -> int:
     """ReCopy writes d once if d <= 3, three times if 4 <= d <= 6, five times if d >= 7."""
@@ -96,6 +97,7 @@ RULES = {
 
 # --- how a sequence of a given length is drawn ------------------------------------------
 
+
 def draw_digits(rng: random.Random, length: int) -> Tokens:
     return [rng.choice(DIGITS) for _ in range(length)]
 
@@ -114,13 +116,15 @@ DRAWS = {"dedupe": draw_groups}
 
 # --- the shared split generator ---------------------------------------------------------
 
+
 def split_rng(seed: int, task: str, split: str) -> random.Random:
     """Independent generator per (seed, task, split); string seeds are stable across runs."""
     return random.Random(f"{seed}/{task}/{split}")
 
 
-def generate_split(task: str, seed: int, plan: SplitPlan,
-                   excluded_sources: FrozenSet[str] = frozenset()) -> List[Example]:
+def generate_split(
+    task: str, seed: int, plan: SplitPlan, excluded_sources: FrozenSet[str] = frozenset()
+) -> List[Example]:
     """Draw `plan.size` examples with distinct sources not in `excluded_sources`."""
     rule, draw = RULES[task], DRAWS.get(task, draw_digits)
     rng = split_rng(seed, task, plan.name)
@@ -157,8 +161,9 @@ def build_digit_task(task: str, seed: int, test_lengths: Sequence[int] = (), tes
 
 
 def builder_for(task: str) -> TaskBuilder:
-    def build(seed: int, data_dir: Optional[Path] = None, test_lengths: Sequence[int] = (),
-              test_size: int = 500) -> Splits:
+    def build(
+        seed: int, data_dir: Optional[Path] = None, test_lengths: Sequence[int] = (), test_size: int = 500
+    ) -> Splits:
         if data_dir is not None:
             raise DataError(f"task {task} is generated and reads no files; drop --data-dir")
         return build_digit_task(task, seed, test_lengths, test_size)

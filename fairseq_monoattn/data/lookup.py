@@ -13,6 +13,7 @@ Data comes in the machine-tasks TSV format (one example a line: input TAB target
 * generates new, seeded data in the same format
   (``fairseq-monoattn-lookup-tables generate --out DIR``).
 """
+
 import argparse
 import itertools
 import random
@@ -51,6 +52,7 @@ TableSet = Dict[str, Dict[str, str]]  # table name -> {bits: bits}
 
 # --- the rule -----------------------------------------------------------------------------
 
+
 def source_tokens(bits: str, composition: Sequence[str], reverse: bool) -> List[str]:
     """Forward: bits, tables in application order, '.'; reverse: the same mirrored, '.' last."""
     if reverse:
@@ -81,6 +83,7 @@ def parse_source(source: str, reverse: bool) -> Tuple[str, Composition]:
 
 # --- reading machine-tasks files ----------------------------------------------------------
 
+
 def read_tsv(path: Path, reverse: bool) -> List[Row]:
     """Rows of a machine-tasks file: input TAB target [TAB attention]; CRLF or LF endings.
 
@@ -88,8 +91,7 @@ def read_tsv(path: Path, reverse: bool) -> List[Row]:
     """
     try:
         with open(path, encoding="utf-8", newline="") as handle:
-            return [parse_line(line, reverse, path, number)
-                    for number, line in enumerate(handle, start=1)]
+            return [parse_line(line, reverse, path, number) for number, line in enumerate(handle, start=1)]
     except UnicodeDecodeError as error:
         raise DataError(f"not UTF-8 text: {error}", path) from None
 
@@ -98,20 +100,20 @@ def parse_line(line: str, reverse: bool, path: Path, line_number: int) -> Row:
     """One checked (input, target) row."""
     fields = line.rstrip("\r\n").split("\t")
     if len(fields) not in (2, 3):
-        raise DataError(f"expected 2 or 3 TAB-separated fields, found {len(fields)}",
-                        path, line_number)
+        raise DataError(f"expected 2 or 3 TAB-separated fields, found {len(fields)}", path, line_number)
     if any(not field.strip() for field in fields):
         raise DataError("empty field", path, line_number)
     source, target = (" ".join(field.split()) for field in fields[:2])
     try:
         _, composition = parse_source(source, reverse)
     except ValueError as error:
-        raise DataError(f"not a {task_label(reverse)} input {source!r}: {error}"
-                        + other_orientation_hint(source, reverse), path,
-                        line_number) from None
+        raise DataError(
+            f"not a {task_label(reverse)} input {source!r}: {error}" + other_orientation_hint(source, reverse),
+            path,
+            line_number,
+        ) from None
     if len(target.split()) != len(composition) + 1:
-        raise DataError(f"target {target!r} should have {len(composition) + 1} tokens",
-                        path, line_number)
+        raise DataError(f"target {target!r} should have {len(composition) + 1} tokens", path, line_number)
     return source, target
 
 
@@ -125,8 +127,10 @@ def other_orientation_hint(source: str, reverse: bool) -> str:
         parse_source(source, not reverse)
     except ValueError:
         return ""
-    return (f" (this looks like {task_label(not reverse)} data; pass --data-dir with "
-            f"{task_label(reverse)} files, or leave --data-dir out to read the shipped ones)")
+    return (
+        f" (this looks like {task_label(not reverse)} data; pass --data-dir with "
+        f"{task_label(reverse)} files, or leave --data-dir out to read the shipped ones)"
+    )
 
 
 def find_data_folder(data_dir: Optional[Path], task: str) -> Path:
@@ -135,17 +139,20 @@ def find_data_folder(data_dir: Optional[Path], task: str) -> Path:
     if data_dir is None:
         data_dir = DEFAULT_DATA_DIRS[task]
         if not data_dir.is_dir():
-            raise DataError(f"no {task} data at the default place {data_dir}; pass --data-dir "
-                            "with a machine-tasks LongLookupTables folder (or its data/ folder), "
-                            "or make one with `fairseq-monoattn-lookup-tables generate --out DIR`")
+            raise DataError(
+                f"no {task} data at the default place {data_dir}; pass --data-dir "
+                "with a machine-tasks LongLookupTables folder (or its data/ folder), "
+                "or make one with `fairseq-monoattn-lookup-tables generate --out DIR`"
+            )
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError("--data-dir does not exist or is not a folder", data_dir)
     for folder in (data_dir / "data", data_dir):
         if all((folder / name).is_file() for name in needed):
             return folder
-    raise DataError(f"missing {task} files: expected {', '.join(needed)} in this folder or "
-                    "in its data/ subfolder", data_dir)
+    raise DataError(
+        f"missing {task} files: expected {', '.join(needed)} in this folder or in its data/ subfolder", data_dir
+    )
 
 
 def to_examples(rows: List[Row]) -> List[Example]:
@@ -168,8 +175,10 @@ def build_splits(seed: int, data_dir: Optional[Path], task: str) -> Splits:
     reverse = task == "reverse_lookup"
     files = {split: read_tsv(folder / name, reverse) for split, name in SPLIT_FILES.items()}
     if len(files["test7"]) <= VALID_ROWS_FROM_LONGER:
-        raise DataError(f"has {len(files['test7'])} rows; the paper's splits need more than "
-                        f"{VALID_ROWS_FROM_LONGER}", folder / SPLIT_FILES["test7"])
+        raise DataError(
+            f"has {len(files['test7'])} rows; the paper's splits need more than {VALID_ROWS_FROM_LONGER}",
+            folder / SPLIT_FILES["test7"],
+        )
     return paper_splits(files, seed)
 
 
@@ -184,6 +193,7 @@ def build_reverse_lookup(seed: int, data_dir: Optional[Path]) -> Splits:
 
 
 # --- generating new data --------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class GeneratorConfig:
@@ -218,13 +228,18 @@ def all_inputs(bits: int) -> List[str]:
     return ["".join(digits) for digits in itertools.product("01", repeat=bits)]
 
 
-def sample_rows(rng: random.Random, names: List[str], length: int, inputs: List[str],
-                bound: int, accept: Callable[[Composition], bool]) -> List[Tuple[str, Composition]]:
+def sample_rows(
+    rng: random.Random,
+    names: List[str],
+    length: int,
+    inputs: List[str],
+    bound: int,
+    accept: Callable[[Composition], bool],
+) -> List[Tuple[str, Composition]]:
     """Up to `bound` distinct (bits, composition) rows, compositions of `length` tables from
     `names` that satisfy `accept`: all of them if there are few enough, else a uniform sample."""
     if len(names) ** length * len(inputs) <= ENUMERATE_LIMIT:
-        rows = [(bits, comp) for comp in itertools.product(names, repeat=length)
-                if accept(comp) for bits in inputs]
+        rows = [(bits, comp) for comp in itertools.product(names, repeat=length) if accept(comp) for bits in inputs]
         return rows if len(rows) <= bound else rng.sample(rows, bound)
     chosen: Dict[Tuple[str, Composition], None] = {}  # insertion-ordered set
     for _ in range(100 * bound):  # rejection sampling in a space far larger than bound
@@ -236,12 +251,14 @@ def sample_rows(rng: random.Random, names: List[str], length: int, inputs: List[
     raise DataError(f"could not sample {bound} rows of {length} tables; lower --bound")
 
 
-def generate_rows(config: GeneratorConfig, rng: random.Random,
-                  ) -> Dict[str, List[Tuple[str, Composition]]]:
+def generate_rows(
+    config: GeneratorConfig,
+    rng: random.Random,
+) -> Dict[str, List[Tuple[str, Composition]]]:
     """File stem -> rows, following the machine-tasks layout."""
     names = [f"t{number}" for number in range(1, config.tables + 1)]
-    seen = names[:config.tables - config.heldout_tables]
-    new = names[len(seen):]
+    seen = names[: config.tables - config.heldout_tables]
+    new = names[len(seen) :]
     inputs = all_inputs(config.bits)
     longest = config.max_train_composition
     files: Dict[str, List[Tuple[str, Composition]]] = {}
@@ -261,8 +278,11 @@ def generate_rows(config: GeneratorConfig, rng: random.Random,
     train = [(b, (name,)) for name in seen for b in inputs]
     validation = []
     for length in range(2, longest + 1):
-        pool = pool_longest if length == longest else [
-            (b, c) for c in itertools.product(seen, repeat=length) for b in inputs]
+        pool = (
+            pool_longest
+            if length == longest
+            else [(b, c) for c in itertools.product(seen, repeat=length) for b in inputs]
+        )
         picked = set(rng.sample(range(len(pool)), round(config.validation_size * len(pool))))
         validation += [row for i, row in enumerate(pool) if i in picked]
         train += [row for i, row in enumerate(pool) if i not in picked]
@@ -280,15 +300,15 @@ def generate_rows(config: GeneratorConfig, rng: random.Random,
         return True
 
     if new:
-        files["heldout_tables"] = sample_rows(rng, names, longest, inputs, config.bound,
-                                              lambda c: has_new(c) and has_seen(c))
+        files["heldout_tables"] = sample_rows(
+            rng, names, longest, inputs, config.bound, lambda c: has_new(c) and has_seen(c)
+        )
         files["new_compositions"] = sample_rows(rng, new, longest, inputs, config.bound, anything)
     for k in range(1, config.longer + 1):
         length = longest + k
         files[f"longer_seen_{k}"] = sample_rows(rng, seen, length, inputs, config.bound, anything)
         if new:
-            files[f"longer_incremental_{k}"] = sample_rows(rng, names, length, inputs,
-                                                           config.bound, has_new)
+            files[f"longer_incremental_{k}"] = sample_rows(rng, names, length, inputs, config.bound, has_new)
             files[f"longer_new_{k}"] = sample_rows(rng, new, length, inputs, config.bound, anything)
     for rows in files.values():
         rng.shuffle(rows)
@@ -321,14 +341,22 @@ def generate(out: Path, config: GeneratorConfig, force: bool = False) -> TableSe
     rng = random.Random(config.seed)
     tables = make_tables(rng, config.tables, config.bits)
     for stem, rows in generate_rows(config, rng).items():
-        lines = [" ".join(source_tokens(bits, comp, config.reverse)) + "\t"
-                 + " ".join(target_tokens(bits, comp, tables)) + "\n" for bits, comp in rows]
+        lines = [
+            " ".join(source_tokens(bits, comp, config.reverse))
+            + "\t"
+            + " ".join(target_tokens(bits, comp, tables))
+            + "\n"
+            for bits, comp in rows
+        ]
         write_text(out / "data" / f"{stem}.tsv", "".join(lines))
-    write_text(out / "tables.txt", "".join(
-        name + "\t" + " ".join(f"{key}>{value}" for key, value in mapping.items()) + "\n"
-        for name, mapping in tables.items()))
-    write_text(out / "generation_arguments.txt",
-               "".join(f"{key}={value}\n" for key, value in asdict(config).items()))
+    write_text(
+        out / "tables.txt",
+        "".join(
+            name + "\t" + " ".join(f"{key}>{value}" for key, value in mapping.items()) + "\n"
+            for name, mapping in tables.items()
+        ),
+    )
+    write_text(out / "generation_arguments.txt", "".join(f"{key}={value}\n" for key, value in asdict(config).items()))
     return tables
 
 
@@ -338,44 +366,70 @@ def write_text(path: Path, text: str) -> None:
 
 
 def parse_arguments(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fairseq-monoattn-lookup-tables",
-                                     description="Lookup-table data in the machine-tasks format.")
+    parser = argparse.ArgumentParser(
+        prog="fairseq-monoattn-lookup-tables", description="Lookup-table data in the machine-tasks format."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="write a new seeded LongLookupTables folder")
     defaults = GeneratorConfig()
     gen.add_argument("--out", type=Path, required=True, help="folder to create")
     gen.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
-    gen.add_argument("--seed", type=int, default=defaults.seed,
-                     help="random seed (default %(default)s)")
-    gen.add_argument("--reverse", action="store_true",
-                     help="Reverse Lookup inputs (tables first, then bits, then '.')")
-    gen.add_argument("--tables", type=int, default=defaults.tables,
-                     help="number of tables t1..tN (default %(default)s)")
-    gen.add_argument("--heldout-tables", type=int, default=defaults.heldout_tables,
-                     help="the last N tables appear in train only alone (default %(default)s)")
-    gen.add_argument("--bits", type=int, default=defaults.bits,
-                     help="bits per input (default %(default)s)")
-    gen.add_argument("--max-train-composition", type=int,
-                     default=defaults.max_train_composition,
-                     help="most tables in a train input (default %(default)s)")
-    gen.add_argument("--heldout-compositions", type=int, default=defaults.heldout_compositions,
-                     help="compositions of that length kept out of train (default %(default)s)")
-    gen.add_argument("--heldout-inputs", type=int, default=defaults.heldout_inputs,
-                     help="inputs kept out per other such composition (default %(default)s)")
-    gen.add_argument("--validation-size", type=float, default=defaults.validation_size,
-                     help="share of multi-table train rows moved to validation "
-                          "(default %(default)s)")
-    gen.add_argument("--longer", type=int, default=defaults.longer,
-                     help="write longer_*_1..N with 1..N more tables (default %(default)s)")
-    gen.add_argument("--bound", type=int, default=defaults.bound,
-                     help="at most this many rows in each sampled file (default %(default)s)")
+    gen.add_argument("--seed", type=int, default=defaults.seed, help="random seed (default %(default)s)")
+    gen.add_argument("--reverse", action="store_true", help="Reverse Lookup inputs (tables first, then bits, then '.')")
+    gen.add_argument(
+        "--tables", type=int, default=defaults.tables, help="number of tables t1..tN (default %(default)s)"
+    )
+    gen.add_argument(
+        "--heldout-tables",
+        type=int,
+        default=defaults.heldout_tables,
+        help="the last N tables appear in train only alone (default %(default)s)",
+    )
+    gen.add_argument("--bits", type=int, default=defaults.bits, help="bits per input (default %(default)s)")
+    gen.add_argument(
+        "--max-train-composition",
+        type=int,
+        default=defaults.max_train_composition,
+        help="most tables in a train input (default %(default)s)",
+    )
+    gen.add_argument(
+        "--heldout-compositions",
+        type=int,
+        default=defaults.heldout_compositions,
+        help="compositions of that length kept out of train (default %(default)s)",
+    )
+    gen.add_argument(
+        "--heldout-inputs",
+        type=int,
+        default=defaults.heldout_inputs,
+        help="inputs kept out per other such composition (default %(default)s)",
+    )
+    gen.add_argument(
+        "--validation-size",
+        type=float,
+        default=defaults.validation_size,
+        help="share of multi-table train rows moved to validation (default %(default)s)",
+    )
+    gen.add_argument(
+        "--longer",
+        type=int,
+        default=defaults.longer,
+        help="write longer_*_1..N with 1..N more tables (default %(default)s)",
+    )
+    gen.add_argument(
+        "--bound",
+        type=int,
+        default=defaults.bound,
+        help="at most this many rows in each sampled file (default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_arguments(argv)
-    config = GeneratorConfig(**{key: value for key, value in vars(args).items()
-                                if key not in ("command", "out", "force")})
+    config = GeneratorConfig(
+        **{key: value for key, value in vars(args).items() if key not in ("command", "out", "force")}
+    )
     try:
         generate(args.out, config, force=args.force)
     except DataError as error:

@@ -14,6 +14,7 @@ Two input layouts are accepted in the data folder:
 The shipped copy (`fairseq_monoattn/data/files/scan/`, BSD licence) holds both layouts.
 "Length" is the number of command tokens.
 """
+
 import random
 import re
 from pathlib import Path
@@ -87,8 +88,9 @@ def find_tab_folder(folder: Path) -> Optional[Path]:
         if (candidate / VALID_FILE).is_file():
             missing = [name for name in (TRAIN_FILE, TEST_FILE) if not (candidate / name).is_file()]
             if missing:
-                raise DataError(f"machine-tasks copy incomplete, missing {', '.join(missing)}; "
-                                + EXPECTED_FILES, candidate)
+                raise DataError(
+                    f"machine-tasks copy incomplete, missing {', '.join(missing)}; " + EXPECTED_FILES, candidate
+                )
             return candidate
     return None
 
@@ -106,8 +108,7 @@ def upstream_splits(folder: Path, seed: int) -> Splits:
     upstream_train = read_upstream_file(folder / TRAIN_FILE)
     test = read_upstream_file(folder / TEST_FILE)
     if len(upstream_train) <= UPSTREAM_VALID_SIZE:
-        raise DataError(f"needs more than {UPSTREAM_VALID_SIZE} lines to carve out valid",
-                        folder / TRAIN_FILE)
+        raise DataError(f"needs more than {UPSTREAM_VALID_SIZE} lines to carve out valid", folder / TRAIN_FILE)
     rng = random.Random(f"{seed}/scan/valid")
     chosen = set(rng.sample(range(len(upstream_train)), UPSTREAM_VALID_SIZE))
     return {

@@ -15,6 +15,7 @@ both sides, which a model sharing one embedding matrix across them needs.  Every
 sibling folder that is renamed into place only when complete; an existing non-empty
 output folder is replaced only with `force`, and only after the new data is complete.
 """
+
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 # --- checking what we were given --------------------------------------------------------
+
 
 def tokens_line(text: str, split: str, index: int, side: str) -> str:
     """The example side as written: tokens joined by single spaces (never empty)."""
@@ -69,6 +71,7 @@ def check_out_folder(out: Path, force: bool) -> None:
 
 # --- dictionaries -----------------------------------------------------------------------
 
+
 def by_count_then_token(counts: Counter) -> List[Tuple[str, int]]:
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
@@ -76,8 +79,14 @@ def by_count_then_token(counts: Counter) -> List[Tuple[str, int]]:
 def dictionary_entries(lines_by_split: Dict[str, List[str]]) -> Tuple[List[Tuple[str, int]], List[str]]:
     """(token, count) entries: train tokens first, then tokens seen only outside train."""
     train_counts = Counter(tok for line in lines_by_split["train"] for tok in line.split())
-    other_counts = Counter(tok for split, lines in lines_by_split.items() if split != "train"
-                           for line in lines for tok in line.split() if tok not in train_counts)
+    other_counts = Counter(
+        tok
+        for split, lines in lines_by_split.items()
+        if split != "train"
+        for line in lines
+        for tok in line.split()
+        if tok not in train_counts
+    )
     extra = by_count_then_token(other_counts)
     return by_count_then_token(train_counts) + extra, [tok for tok, _ in extra]
 
@@ -96,6 +105,7 @@ def make_dictionary(entries: List[Tuple[str, int]]):
 
 # --- writing ----------------------------------------------------------------------------
 
+
 def write_lines(path: Path, lines: Iterable[str]) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for line in lines:
@@ -106,8 +116,7 @@ def binarize(lines: List[str], dictionary, prefix: Path) -> None:
     """`prefix`.bin / `prefix`.idx in fairseq's mmap format, EOS appended to every line."""
     from fairseq.data import indexed_dataset
 
-    builder = indexed_dataset.make_builder(str(prefix) + ".bin", impl="mmap",
-                                           vocab_size=len(dictionary))
+    builder = indexed_dataset.make_builder(str(prefix) + ".bin", impl="mmap", vocab_size=len(dictionary))
     for line in lines:
         ids = dictionary.encode_line(line, add_if_not_exist=False, append_eos=True)
         if (ids == dictionary.unk()).any():  # cannot happen: every token is in the dictionary
@@ -136,8 +145,15 @@ def write_contents(splits: Splits, folder: Path, task: str, seed: int, joined_di
     lines = split_lines(splits)
     (folder / "raw").mkdir()
     (folder / "bin").mkdir()
-    manifest: dict = {"task": task, "seed": seed, "data_format_version": DATA_FORMAT_VERSION,
-                      "joined_dictionary": joined_dictionary, "splits": {}, "raw_sha256": {}, "dictionaries": {}}
+    manifest: dict = {
+        "task": task,
+        "seed": seed,
+        "data_format_version": DATA_FORMAT_VERSION,
+        "joined_dictionary": joined_dictionary,
+        "splits": {},
+        "raw_sha256": {},
+        "dictionaries": {},
+    }
     if joined_dictionary:
         both_sides = {split: sides["src"] + sides["tgt"] for split, sides in lines.items()}
         joined = dictionary_entries(both_sides)
@@ -183,8 +199,9 @@ def move_into_place(staging: Path, out: Path, force: bool) -> None:
     shutil.rmtree(old)
 
 
-def write_dataset(splits: Splits, out: Path, task: str, seed: int, force: bool = False,
-                  joined_dictionary: bool = False) -> dict:
+def write_dataset(
+    splits: Splits, out: Path, task: str, seed: int, force: bool = False, joined_dictionary: bool = False
+) -> dict:
     """Write one task's splits to `out` atomically; return the manifest."""
     out = Path(out).absolute()
     check_out_folder(out, force)

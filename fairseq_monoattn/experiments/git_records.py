@@ -1,5 +1,6 @@
 """Records kept in git: each finished run's record committed on its own, so that no finished
 run is lost when a machine goes away, and the records no sweep committed found again."""
+
 import subprocess
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -22,8 +23,10 @@ def commit_record(spec: RunSpec, record_path: Path, log: Callable[[str], None] =
         log(f"note: {record_path} is not in a git repository; not committed")
         return
     message = f"results: {spec.key} ({spec.max_epoch} epochs max)"
-    for command in (["git", "-C", str(top), "add", "--", str(record_path)],
-                    ["git", "-C", str(top), "commit", "-q", "-m", message, "--", str(record_path)]):
+    for command in (
+        ["git", "-C", str(top), "add", "--", str(record_path)],
+        ["git", "-C", str(top), "commit", "-q", "-m", message, "--", str(record_path)],
+    ):
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             log(f"note: could not commit {record_path}: {done.stderr.strip()}")
@@ -37,7 +40,10 @@ def uncommitted_records(specs: Sequence[RunSpec], results: Path) -> List[RunSpec
     root = git_toplevel(results) if results.is_dir() else None
     if root is None:
         return []
-    listed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all", "-z", "--",
-                             str(results)], capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all", "-z", "--", str(results)],
+        capture_output=True,
+        text=True,
+    ).stdout
     pending = {(root / entry[3:]).resolve() for entry in listed.split("\0") if entry}
     return [spec for spec in specs if spec.record_path(results).resolve() in pending]

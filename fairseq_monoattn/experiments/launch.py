@@ -12,6 +12,7 @@ checkpointing (a preempted run is requeued and resumes from its last checkpoint)
 Either way, a run whose folder another process holds (another sweep over the same work
 folder is training it) is skipped, not failed: its task ends at once and says so.
 """
+
 import json
 import os
 import subprocess
@@ -81,14 +82,23 @@ class Progress:
             mean = sum(self.durations) / len(self.durations)
             hours = mean * left / max(1, jobs) / 3600
             estimate = f"; about {mean / 60:.1f} min a run, {hours:.1f} h left at {jobs} at once"
-        return (f"{done}/{self.total} runs done, {self.running} running, {left} left"
-                + (f", {self.failed} failed" if self.failed else "")
-                + (f", {elsewhere} being trained by another process" if elsewhere else "") + estimate)
+        return (
+            f"{done}/{self.total} runs done, {self.running} running, {left} left"
+            + (f", {self.failed} failed" if self.failed else "")
+            + (f", {elsewhere} being trained by another process" if elsewhere else "")
+            + estimate
+        )
 
 
-def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1,
-              cpus: Optional[Sequence[int]] = None, on_record: Optional[Callable[[RunSpec, Path], None]] = None,
-              log: Callable[[str], None] = print) -> Dict[str, str]:
+def run_local(
+    specs: Sequence[RunSpec],
+    work: Path,
+    results: Path,
+    jobs: int = 1,
+    cpus: Optional[Sequence[int]] = None,
+    on_record: Optional[Callable[[RunSpec, Path], None]] = None,
+    log: Callable[[str], None] = print,
+) -> Dict[str, str]:
     """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
     error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
     pending, past = [], []
@@ -112,21 +122,36 @@ def run_local(specs: Sequence[RunSpec], work: Path, results: Path, jobs: int = 1
         start = time.time()
         try:
             share = shares[slot]
-            log(f"[{spec.key}] started on cpu {','.join(map(str, share))}; log: {spec.run_dir(work) / 'worker.log'}. "
-                f"{progress.line(jobs)}")
-            command = [sys.executable, "-m", "fairseq_monoattn.experiments.worker", spec_to_json(spec),
-                       str(Path(work).resolve()), str(Path(results).resolve())]
+            log(
+                f"[{spec.key}] started on cpu {','.join(map(str, share))}; log: {spec.run_dir(work) / 'worker.log'}. "
+                f"{progress.line(jobs)}"
+            )
+            command = [
+                sys.executable,
+                "-m",
+                "fairseq_monoattn.experiments.worker",
+                spec_to_json(spec),
+                str(Path(work).resolve()),
+                str(Path(results).resolve()),
+            ]
             if sys.platform.startswith("linux"):
                 command = ["taskset", "-c", ",".join(map(str, share)), *command]
-            env = dict(os.environ, OMP_NUM_THREADS=str(len(share)), MKL_NUM_THREADS=str(len(share)),
-                       PYTHONWARNINGS="ignore")
+            env = dict(
+                os.environ, OMP_NUM_THREADS=str(len(share)), MKL_NUM_THREADS=str(len(share)), PYTHONWARNINGS="ignore"
+            )
             log_dir = spec.run_dir(work)
             log_dir.mkdir(parents=True, exist_ok=True)
             with open(log_dir / "worker.log", "a") as out:
                 # `python -m` searches its working folder first: start it next to this very
                 # package, so the worker runs the launcher's code whatever folder we were started in
-                code = subprocess.Popen(command, env=env, cwd=PLUGIN_DIR.parent, stdout=out,
-                                        stderr=subprocess.STDOUT, preexec_fn=die_with_parent()).wait()
+                code = subprocess.Popen(
+                    command,
+                    env=env,
+                    cwd=PLUGIN_DIR.parent,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent(),
+                ).wait()
             ok = code == 0 and spec.record_path(results).exists()
             elsewhere = not ok and code == BUSY_EXIT
             if ok:
@@ -161,14 +186,21 @@ def summarize_outcome(outcome: Dict[str, str], log: Callable[[str], None] = prin
     failed = {key: result for key, result in outcome.items() if result != "ok" and not result.startswith(SKIPPED)}
     for key, result in outcome.items():
         if result.startswith(SKIPPED):
-            log(f"skipped {key}: {result[len(SKIPPED) + 2:]}")
+            log(f"skipped {key}: {result[len(SKIPPED) + 2 :]}")
     for key, result in failed.items():
         log(f"FAILED {key}: {result}")
     return 1 if failed else 0
 
 
-def run_submitit(specs: Sequence[RunSpec], work: Path, results: Path, folder: Path, executor=None,
-                 log: Callable[[str], None] = print, **parameters):
+def run_submitit(
+    specs: Sequence[RunSpec],
+    work: Path,
+    results: Path,
+    folder: Path,
+    executor=None,
+    log: Callable[[str], None] = print,
+    **parameters,
+):
     """Submit every spec without a record as one submitit array job and wait for it.
 
     ``executor``: a ready submitit executor (tests pass ``submitit.LocalExecutor``); otherwise an
@@ -189,8 +221,10 @@ def run_submitit(specs: Sequence[RunSpec], work: Path, results: Path, folder: Pa
     skipped = [outcome["skipped"] for outcome in outcomes if "skipped" in outcome]
     for reason in skipped:
         log(f"skipped: {reason}")
-    log(f"{len(outcomes) - len(skipped)} runs recorded" + (f", {len(skipped)} skipped (being trained by "
-                                                             f"another process)" if skipped else ""))
+    log(
+        f"{len(outcomes) - len(skipped)} runs recorded"
+        + (f", {len(skipped)} skipped (being trained by another process)" if skipped else "")
+    )
     return outcomes
 
 

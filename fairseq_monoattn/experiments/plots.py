@@ -3,14 +3,15 @@ seeds), the range of the seeds shaded, the paper's training lengths marked.
 
     fairseq-monoattn-aggregate --results results/paper --plots docs/figures
 """
+
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from ..attention_plots import pyplot
 from ..catalog import TASKS, title
 from .aggregate import collect
 from .runs import DEFAULT_VARIANT
-from ..attention_plots import pyplot
 
 
 def length_of(split: str):

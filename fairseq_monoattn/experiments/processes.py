@@ -1,6 +1,7 @@
 """Child processes that do not outlive their parent: a run's worker stops when its launcher
 dies (killed, even with SIGKILL), and fairseq-train stops when its worker dies, so stopping a
 sweep never leaves trainings running on; an interrupted run resumes from its last checkpoint."""
+
 import ctypes
 import os
 import signal

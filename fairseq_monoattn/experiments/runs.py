@@ -14,6 +14,7 @@ A run whose record exists is skipped; an interrupted run continues from its
 or whose checkpoint holds another model than the command builds now, is refused, never
 overwritten.
 """
+
 import fcntl
 import json
 import logging
@@ -85,6 +86,7 @@ class RunSpec:
 
 # --- data ----------------------------------------------------------------------------------
 
+
 @contextmanager
 def file_lock(path: Path, busy: Optional[str] = None):
     """An exclusive lock on ``path`` for the ``with`` block, released when the process ends
@@ -118,8 +120,10 @@ def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) ->
                 raise RunError(f"{spec.task}: cannot prepare {folder}: {error}") from None
         manifest = json.loads(manifest_file.read_text())
     if manifest["task"] != spec.task or manifest["seed"] != spec.data_seed:
-        raise RunError(f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "
-                       f"not {spec.task} with seed {spec.data_seed}")
+        raise RunError(
+            f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "
+            f"not {spec.task} with seed {spec.data_seed}"
+        )
     return folder
 
 
@@ -130,12 +134,28 @@ def test_splits(data: Path) -> List[str]:
 
 # --- training ------------------------------------------------------------------------------
 
+
 def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
     recipe = recipe_options(spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect)
-    return [str(Path(sys.executable).parent / "fairseq-train"), str(data / "bin"),
-            "--user-dir", str(spec.user_dir or PLUGIN_DIR), "--arch", spec.arch, *recipe, "--seed", str(spec.seed),
-            "--save-dir", str(run_dir / "checkpoints"), "--no-epoch-checkpoints",
-            "--log-format", "json", "--log-file", str(run_dir / "train.log"), *spec.options]
+    return [
+        str(Path(sys.executable).parent / "fairseq-train"),
+        str(data / "bin"),
+        "--user-dir",
+        str(spec.user_dir or PLUGIN_DIR),
+        "--arch",
+        spec.arch,
+        *recipe,
+        "--seed",
+        str(spec.seed),
+        "--save-dir",
+        str(run_dir / "checkpoints"),
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--log-file",
+        str(run_dir / "train.log"),
+        *spec.options,
+    ]
 
 
 def valid_history(log_file: Path) -> List[Dict[str, float]]:
@@ -152,7 +172,7 @@ def valid_history(log_file: Path) -> List[Dict[str, float]]:
             values = json.loads(line)
         except json.JSONDecodeError:
             continue
-        entry = {key[len("valid_"):]: _number(value) for key, value in values.items() if key.startswith("valid_")}
+        entry = {key[len("valid_") :]: _number(value) for key, value in values.items() if key.startswith("valid_")}
         entry["epoch"] = int(values["epoch"])
         by_epoch[entry["epoch"]] = entry
     return [by_epoch[epoch] for epoch in sorted(by_epoch)]
@@ -170,8 +190,10 @@ def stop_reason(log_file: Path) -> Optional[str]:
     if not log_file.exists():
         return None
     text = log_file.read_text()
-    for pattern in (r"stopping: greedy valid accuracy has been 100 for \d+ validations",
-                    r"early stop since valid performance hasn't improved for last \d+ runs"):
+    for pattern in (
+        r"stopping: greedy valid accuracy has been 100 for \d+ validations",
+        r"early stop since valid performance hasn't improved for last \d+ runs",
+    ):
         found = re.search(pattern, text)
         if found:
             return found.group(0)
@@ -179,6 +201,7 @@ def stop_reason(log_file: Path) -> Optional[str]:
 
 
 # --- one run ---------------------------------------------------------------------------------
+
 
 def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log=print) -> dict:
     """Train, score and record one run (or return its existing record).  fairseq-train inherits
@@ -189,8 +212,10 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
     data = prepared_data(spec, work)
     run_dir = spec.run_dir(work)
     # one process trains a run at a time: a second sweep over the same work folder skips it
-    busy = (f"{spec.key} is being trained by another process in {run_dir} (it holds "
-            f"{run_dir / '.lock'}); nothing was changed")
+    busy = (
+        f"{spec.key} is being trained by another process in {run_dir} (it holds "
+        f"{run_dir / '.lock'}); nothing was changed"
+    )
     with file_lock(run_dir / ".lock", busy=busy):
         if record_path.exists():  # the other process finished it while this one prepared the data
             return existing_record(spec, record_path)
@@ -203,15 +228,16 @@ def existing_record(spec: RunSpec, record_path: Path) -> dict:
     return record
 
 
-def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, batch_size_eval: int,
-                       log) -> dict:
+def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, batch_size_eval: int, log) -> dict:
     """The body of :func:`run`, under the run folder's lock."""
     command = train_command(spec, data, run_dir)
     recorded = " ".join(command)
     command_file = run_dir / "command.txt"
     if command_file.exists() and command_file.read_text().strip() != recorded:
-        raise RunError(f"{run_dir} was started with another command:\n  {command_file.read_text().strip()}\n"
-                       f"now:\n  {recorded}\n(nothing was changed; use another work folder or variant name)")
+        raise RunError(
+            f"{run_dir} was started with another command:\n  {command_file.read_text().strip()}\n"
+            f"now:\n  {recorded}\n(nothing was changed; use another work folder or variant name)"
+        )
     command_file.write_text(recorded + "\n")
     last_checkpoint = run_dir / "checkpoints" / "checkpoint_last.pt"
     scores_file = run_dir / "scores.json"
@@ -227,8 +253,14 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
             raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
         log(f"[{spec.key}] scoring checkpoint_best.pt")
         start = time.time()
-        score(run_dir / "checkpoints" / "checkpoint_best.pt", data / "bin", test_splits(data), scores_file,
-              batch_size=batch_size_eval, force=True)
+        score(
+            run_dir / "checkpoints" / "checkpoint_best.pt",
+            data / "bin",
+            test_splits(data),
+            scores_file,
+            batch_size=batch_size_eval,
+            force=True,
+        )
         timing["scoring_seconds"] = time.time() - start
         write_json_atomic(timing_file, timing)
     record = make_record(spec, run_dir, data, timing)
@@ -258,8 +290,13 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
     base, start = timing["training_seconds"], time.time()
     from .processes import die_with_parent
 
-    process = subprocess.Popen(command, env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=out,
-                               stderr=subprocess.STDOUT, preexec_fn=die_with_parent())
+    process = subprocess.Popen(
+        command,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        preexec_fn=die_with_parent(),
+    )
     while True:
         try:
             code = process.wait(timeout=TIMING_INTERVAL)
@@ -273,8 +310,14 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
 
 def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
     """A record stands for its spec only: another variant under the same name is an error."""
-    wanted = {"options": list(spec.options), "data_seed": spec.data_seed, "max_epoch": spec.max_epoch,
-              "stop_after_perfect": spec.stop_after_perfect, "recipe": spec.recipe, "user_dir": spec.user_dir}
+    wanted = {
+        "options": list(spec.options),
+        "data_seed": spec.data_seed,
+        "max_epoch": spec.max_epoch,
+        "stop_after_perfect": spec.stop_after_perfect,
+        "recipe": spec.recipe,
+        "user_dir": spec.user_dir,
+    }
     found = {key: record.get(key) for key in wanted}
     if found != wanted:
         raise RunError(f"{path} records another run ({found}), not {wanted}; give this variant another name")
@@ -286,10 +329,12 @@ def check_checkpoint_matches(checkpoint: Path, command: List[str]) -> None:
     normalisation, ...), which would mix two models in one run without a word."""
     changed = model_differences(trained_model_config(checkpoint), planned_model_config(command))
     if changed:
-        raise RunError(f"{checkpoint} was trained with other model options than its command builds now "
-                       f"({describe_differences(changed, 'in the checkpoint')}), the defaults changed since it "
-                       f"started; nothing was changed: use another work folder, or delete the run folder to "
-                       f"start it again")
+        raise RunError(
+            f"{checkpoint} was trained with other model options than its command builds now "
+            f"({describe_differences(changed, 'in the checkpoint')}), the defaults changed since it "
+            f"started; nothing was changed: use another work folder, or delete the run folder to "
+            f"start it again"
+        )
 
 
 def model_differences(trained: dict, planned: dict) -> Dict[str, tuple]:
@@ -300,8 +345,11 @@ def model_differences(trained: dict, planned: dict) -> Dict[str, tuple]:
 
     trained = {**option_defaults(), **trained}
     no_op = unused_options(trained) & unused_options(planned)  # e.g. the mix temperature of OneStep
-    return {key: (trained[key], planned[key]) for key in sorted(set(trained) & set(planned) - no_op)
-            if trained[key] != planned[key]}
+    return {
+        key: (trained[key], planned[key])
+        for key in sorted(set(trained) & set(planned) - no_op)
+        if trained[key] != planned[key]
+    }
 
 
 def describe_differences(changed: Dict[str, tuple], where: str) -> str:
@@ -326,7 +374,7 @@ def outdated_records(records: List[dict]) -> List[Tuple[dict, Dict[str, tuple]]]
             continue
         spec = spec_from_dict(record)
         command = tuple(train_command(spec, Path("data"), Path("run")))
-        key = command[:command.index("--seed")] + command[command.index("--seed") + 2:]  # seeds share a model
+        key = command[: command.index("--seed")] + command[command.index("--seed") + 2 :]  # seeds share a model
         if key not in planned_by_command:
             planned_by_command[key] = planned_model_config(list(command))
         changed = model_differences(record["model_config"], planned_by_command[key])
@@ -340,16 +388,28 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
     history = valid_history(run_dir / "train.log")
     best = max(history, key=lambda h: (h.get("accuracy", float("-inf")), h["epoch"])) if history else {}
     # per split, the mean of a per-example statistic the scorer kept (None where the model has none)
-    means = {key: {split: s[key]["mean"] for split, s in scores.items() if s.get(key)}
-             for key in ("direction_gate", "attention_peak")}
+    means = {
+        key: {split: s[key]["mean"] for split, s in scores.items() if s.get(key)}
+        for key in ("direction_gate", "attention_peak")
+    }
     return {
         "record_version": RECORD_VERSION,
-        "task": spec.task, "arch": spec.arch, "variant": spec.variant, "options": list(spec.options),
-        "seed": spec.seed, "data_seed": spec.data_seed, "recipe": spec.recipe, "max_epoch": spec.max_epoch,
+        "task": spec.task,
+        "arch": spec.arch,
+        "variant": spec.variant,
+        "options": list(spec.options),
+        "seed": spec.seed,
+        "data_seed": spec.data_seed,
+        "recipe": spec.recipe,
+        "max_epoch": spec.max_epoch,
         "stop_after_perfect": spec.stop_after_perfect,
-        "train_options": recipe_options(spec.recipe, max_epoch=spec.max_epoch,
-                                        stop_after_perfect=spec.stop_after_perfect) + list(spec.options),
-        "epochs_run": len(history), "best_epoch": best.get("epoch"), "best_valid_accuracy": best.get("accuracy"),
+        "train_options": recipe_options(
+            spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect
+        )
+        + list(spec.options),
+        "epochs_run": len(history),
+        "best_epoch": best.get("epoch"),
+        "best_valid_accuracy": best.get("accuracy"),
         "valid_accuracy": [h.get("accuracy") for h in history],
         "stopped_early": stop_reason(run_dir / "train.log"),
         "training_seconds": round(timing.get("training_seconds", 0.0), 1),
@@ -359,7 +419,8 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         # gives a record without them, as records of that time have
         "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
         "direction_gate": means["direction_gate"] or None,
-        "attention_peak": means["attention_peak"] or None,  # None: no attention returned, or a run scored before it was kept
+        "attention_peak": means["attention_peak"]
+        or None,  # None: no attention returned, or a run scored before it was kept
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
     }
@@ -389,8 +450,10 @@ def planned_model_config(command: List[str]) -> dict:
     model = resolved_options({**PRESETS.get(arch, {}), **explicit_options(command)})
     model = {key: value for key, value in model.items() if not key.startswith("max_")}
     task = dict(TASK_DEFAULTS)
-    for option, value in (("--train-batches", _value_of(command, "--train-batches")),
-                          ("--stop-after-perfect", _value_of(command, "--stop-after-perfect"))):
+    for option, value in (
+        ("--train-batches", _value_of(command, "--train-batches")),
+        ("--stop-after-perfect", _value_of(command, "--stop-after-perfect")),
+    ):
         if value is not None:
             task[option[2:].replace("-", "_")] = int(value) if option == "--stop-after-perfect" else value
     return {"_name": arch, **model, "task": task}
@@ -438,9 +501,14 @@ def environment() -> dict:
     from .. import __version__
 
     # the vector instructions torch's CPU kernels use (e.g. AVX2, AVX512) round sums differently
-    return {"plugin": __version__, "fairseq": fairseq.__version__, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {
+        "plugin": __version__,
+        "fairseq": fairseq.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
 
 
 def run_seconds(record: dict) -> float:
@@ -460,14 +528,17 @@ def read_record(path: Path) -> dict:
     except OSError as error:
         raise RecordError(f"{path}: cannot read it: {error.strerror or error}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RecordError(f"{path}: not a JSON record ({error}); a run killed while writing it, or an edit: "
-                          f"move it away and run the cell again") from None
+        raise RecordError(
+            f"{path}: not a JSON record ({error}); a run killed while writing it, or an edit: "
+            f"move it away and run the cell again"
+        ) from None
     if not isinstance(record, dict):
         raise RecordError(f"{path}: not a JSON object")
     for key, kind in RECORD_KEYS.items():
         if not isinstance(record.get(key), kind):
-            raise RecordError(f"{path}: {'no' if key not in record else 'a malformed'} {key!r} "
-                              f"(expected {kind.__name__})")
+            raise RecordError(
+                f"{path}: {'no' if key not in record else 'a malformed'} {key!r} (expected {kind.__name__})"
+            )
     for split, scores in record["splits"].items():
         if not isinstance(scores, dict) or not isinstance(scores.get("accuracy"), (int, float)):
             raise RecordError(f"{path}: split {split!r} has no accuracy")
@@ -491,8 +562,9 @@ def load_records(results: Path) -> List[dict]:
     cannot be read (:func:`read_records` reports them all and keeps the rest)."""
     records, problems = read_records(results)
     if problems:
-        raise RecordError(problems[0] + (f" (and {len(problems) - 1} more unreadable records)"
-                                         if len(problems) > 1 else ""))
+        raise RecordError(
+            problems[0] + (f" (and {len(problems) - 1} more unreadable records)" if len(problems) > 1 else "")
+        )
     return records
 
 

@@ -11,6 +11,7 @@ Table 2 rows) share its runs.  The budget is the same for every paper sweep: at 
 ``STOP_AFTER_PERFECT`` epochs (the paper: at most 100 epochs, early stop after 50 without
 improvement; a CPU-sized budget, stated next to every table).
 """
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -22,14 +23,33 @@ MAX_EPOCH = 25
 STOP_AFTER_PERFECT = 3
 
 # the models of the paper's main tables, and the extra ones users ask for most
-MAIN_MODELS = ("gru_content", "gru_relative", "gru_birelative", "gru_locattn", "gru_onestep", "gru_monoattn",
-               "gru_rmonoattn", "gru_mix_onestep", "gru_mix_monoattn_pr")
+MAIN_MODELS = (
+    "gru_content",
+    "gru_relative",
+    "gru_birelative",
+    "gru_locattn",
+    "gru_onestep",
+    "gru_monoattn",
+    "gru_rmonoattn",
+    "gru_mix_onestep",
+    "gru_mix_monoattn_pr",
+)
 ABLATIONS = ("gru_onestep_minus_step2", "gru_onestep_minus_step3", "gru_onestep_minus_sigmoid")
 TABLE6_MODELS = ("gru_content", "gru_birelative", "gru_locattn", "gru_onestep", "gru_monoattn")
 # SCAN's Table 3 rows: the main table's models (Mix LocAttn in place of LocAttn) and ours
-SCAN_MODELS = ("gru_content", "gru_relative", "gru_mix_locattn", "gru_birelative", "gru_mix_onestep",
-               "gru_mix_monoattn", "gru_locattn", "gru_onestep", "gru_monoattn", "gru_rmonoattn",
-               "gru_mix_monoattn_pr")
+SCAN_MODELS = (
+    "gru_content",
+    "gru_relative",
+    "gru_mix_locattn",
+    "gru_birelative",
+    "gru_mix_onestep",
+    "gru_mix_monoattn",
+    "gru_locattn",
+    "gru_onestep",
+    "gru_monoattn",
+    "gru_rmonoattn",
+    "gru_mix_monoattn_pr",
+)
 # CFQ's column of the same table: the six main-table models, 3 seeds as the paper
 CFQ_MODELS = SCAN_MODELS[:6]
 
@@ -50,24 +70,39 @@ class Sweep:
     def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
         """This sweep restricted to the cells of ``tasks`` and ``archs`` (None: all of them), in its
         own order; a name the sweep does not have is an error naming it and the ones it has."""
-        for option, asked, known in (("--task", tasks, [t for t, _ in self.cells]),
-                                     ("--arch", archs, [a for _, a in self.cells])):
+        for option, asked, known in (
+            ("--task", tasks, [t for t, _ in self.cells]),
+            ("--arch", archs, [a for _, a in self.cells]),
+        ):
             unknown = [name for name in asked or () if name not in known]
             if unknown:
-                raise ValueError(f"{option}: {self.name} has no {', '.join(unknown)}; "
-                                 f"it has {', '.join(dict.fromkeys(known))}")
-        cells = tuple((task, arch) for task, arch in self.cells
-                      if (not tasks or task in tasks) and (not archs or arch in archs))
+                raise ValueError(
+                    f"{option}: {self.name} has no {', '.join(unknown)}; it has {', '.join(dict.fromkeys(known))}"
+                )
+        cells = tuple(
+            (task, arch) for task, arch in self.cells if (not tasks or task in tasks) and (not archs or arch in archs)
+        )
         return replace(self, cells=cells)
 
     def specs(self) -> List[RunSpec]:
         """Seed-major order: every cell's first seed before any cell's second, so a sweep that
         stops early still covers every cell."""
         seeds = sorted(set(self.seeds).union(*self.extra_seeds.values()) if self.extra_seeds else self.seeds)
-        return [RunSpec(task=task, arch=arch, seed=seed, data_seed=self.data_seed, max_epoch=self.max_epoch,
-                        stop_after_perfect=self.stop_after_perfect, recipe=self.recipe, user_dir=self.user_dir)
-                for seed in seeds for task, arch in self.cells
-                if seed in self.seeds or seed in self.extra_seeds.get((task, arch), ())]
+        return [
+            RunSpec(
+                task=task,
+                arch=arch,
+                seed=seed,
+                data_seed=self.data_seed,
+                max_epoch=self.max_epoch,
+                stop_after_perfect=self.stop_after_perfect,
+                recipe=self.recipe,
+                user_dir=self.user_dir,
+            )
+            for seed in seeds
+            for task, arch in self.cells
+            if seed in self.seeds or seed in self.extra_seeds.get((task, arch), ())
+        ]
 
 
 def grid(tasks: Sequence[str], archs: Sequence[str]) -> Tuple[Tuple[str, str], ...]:
@@ -82,17 +117,42 @@ def register(sweep: Sweep) -> Sweep:
     return sweep
 
 
-register(Sweep("table2", "all 10 probing tasks x the main models (paper Tables 1-2 and the appendix)",
-               grid(PROBING_TASKS, MAIN_MODELS)))
-register(Sweep("table3-scan", "SCAN length split x the models of the paper's SCAN tables",
-               grid(("scan",), SCAN_MODELS)))
-register(Sweep("table3-cfq", "CFQ length split x the models of the paper's CFQ column (needs --data-dir: the "
-                                 "CFQ 1.1 release)", grid(("cfq",), CFQ_MODELS), recipe="paper-cfq"))
-register(Sweep("table5", "the OneStep ablations on the 8 probing tasks of the paper's ablation table",
-               grid(TABLE2_TASKS, ("gru_onestep",) + ABLATIONS)))
+register(
+    Sweep(
+        "table2",
+        "all 10 probing tasks x the main models (paper Tables 1-2 and the appendix)",
+        grid(PROBING_TASKS, MAIN_MODELS),
+    )
+)
+register(
+    Sweep("table3-scan", "SCAN length split x the models of the paper's SCAN tables", grid(("scan",), SCAN_MODELS))
+)
+register(
+    Sweep(
+        "table3-cfq",
+        "CFQ length split x the models of the paper's CFQ column (needs --data-dir: the CFQ 1.1 release)",
+        grid(("cfq",), CFQ_MODELS),
+        recipe="paper-cfq",
+    )
+)
+register(
+    Sweep(
+        "table5",
+        "the OneStep ablations on the 8 probing tasks of the paper's ablation table",
+        grid(TABLE2_TASKS, ("gru_onestep",) + ABLATIONS),
+    )
+)
 register(Sweep("table6", "DeDupe and PosRetrieve (the paper's appendix table)", grid(TABLE6_TASKS, TABLE6_MODELS)))
-register(Sweep("smoke", "two tiny runs to check an installation (minutes)",
-               grid(("copy", "reverse_copy"), ("gru_onestep",)), seeds=(1,), max_epoch=1, stop_after_perfect=0))
+register(
+    Sweep(
+        "smoke",
+        "two tiny runs to check an installation (minutes)",
+        grid(("copy", "reverse_copy"), ("gru_onestep",)),
+        seeds=(1,),
+        max_epoch=1,
+        stop_after_perfect=0,
+    )
+)
 
 
 def get_sweep(name: str) -> Sweep:
@@ -121,29 +181,34 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
     from .runs import describe_differences, outdated_records
 
     specs = sweep.specs()
-    by_path = {str(Path(results) / r["task"] / r["arch"] / r["variant"] / f"seed{r['seed']}.json"): r
-               for r in records}
+    by_path = {str(Path(results) / r["task"] / r["arch"] / r["variant"] / f"seed{r['seed']}.json"): r for r in records}
     done = [s for s in specs if str(s.record_path(results)) in by_path]
     done_records = [by_path[str(s.record_path(results))] for s in done]
     timed = done_records or [r for r in records if (r["task"], r["arch"]) in sweep.cells]
     hours = sum(map(run_seconds, timed)) / max(1, len(timed)) / 3600
     left = len(specs) - len(done)
-    lines = [f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {results}; {left} left"
-             + (f", about {hours * left:.1f} CPU-hours at {hours * 60:.1f} min a run" if timed else "")]
+    lines = [
+        f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {results}; {left} left"
+        + (f", about {hours * left:.1f} CPU-hours at {hours * 60:.1f} min a run" if timed else "")
+    ]
     left_out = uncommitted_records(done, results)
     if left_out:
-        lines.append(f"{len(left_out)} of these records are not committed ({left_out[0].record_path(results)}"
-                     f"{', ...' if len(left_out) > 1 else ''}); `fairseq-monoattn-sweep run` with this sweep and "
-                     f"`--commit` commits them before it runs anything")
+        lines.append(
+            f"{len(left_out)} of these records are not committed ({left_out[0].record_path(results)}"
+            f"{', ...' if len(left_out) > 1 else ''}); `fairseq-monoattn-sweep run` with this sweep and "
+            f"`--commit` commits them before it runs anything"
+        )
     for record, changed in outdated_records(done_records):
         path = Path(results) / record["task"] / record["arch"] / record["variant"] / f"seed{record['seed']}.json"
-        lines.append(f"outdated: {path} ({describe_differences(changed, 'there')}); "
-                     f"fairseq-monoattn-aggregate refuses it")
+        lines.append(
+            f"outdated: {path} ({describe_differences(changed, 'there')}); fairseq-monoattn-aggregate refuses it"
+        )
     return lines
 
 
-def prepare_source_data(sweep_name: str, pending: Sequence[RunSpec], work: Path, data_dir: Optional[Path],
-                        log: Callable[[str], None]) -> None:
+def prepare_source_data(
+    sweep_name: str, pending: Sequence[RunSpec], work: Path, data_dir: Optional[Path], log: Callable[[str], None]
+) -> None:
     """Prepare, before any run, the data of the pending runs' tasks whose source is not in the
     repository (CFQ), from ``data_dir``; RunError names what is missing.  ``data_dir`` given when
     no pending run reads it is an error too."""
@@ -159,8 +224,10 @@ def prepare_source_data(sweep_name: str, pending: Sequence[RunSpec], work: Path,
             folder = prepared_data(spec, work, data_dir)
         except RunError as error:
             raise RunError(f"{sweep_name}: {error}") from None
-        log(f"{task}: data in {folder}" + (" (prepared before; --data-dir is not read again)"
-                                           if before and data_dir is not None else ""))
+        log(
+            f"{task}: data in {folder}"
+            + (" (prepared before; --data-dir is not read again)" if before and data_dir is not None else "")
+        )
 
 
 __all__ = ["Sweep", "SWEEPS", "get_sweep", "with_more_seeds", "status", "prepare_source_data", "read_records"]

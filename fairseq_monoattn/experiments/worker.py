@@ -1,7 +1,8 @@
 """One run in its own process (what the local launcher starts):
 
-    python -m fairseq_monoattn.experiments.worker SPEC_JSON WORK RESULTS
+python -m fairseq_monoattn.experiments.worker SPEC_JSON WORK RESULTS
 """
+
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from .runs import BUSY_EXIT, RunBusy, RunError, run
 
 
 def main(argv=None) -> int:
-    spec_json, work, results = (argv if argv is not None else sys.argv[1:])
+    spec_json, work, results = argv if argv is not None else sys.argv[1:]
     try:
         run(spec_from_json(spec_json), Path(work), Path(results), log=lambda line: print(line, flush=True))
     except RunBusy as busy:

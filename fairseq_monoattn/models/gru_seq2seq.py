@@ -8,12 +8,12 @@ default is defined once, in ``options.py``; this module turns them into the mode
 registered, so that a user's entries get their options too).  Each model of the paper is a
 named architecture (``presets.py``) that sets the options it differs in.
 """
+
 import dataclasses
 from contextlib import nullcontext
 from typing import Any, Dict, Mapping, Optional
 
 import torch
-from torch import nn
 import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import (
@@ -27,6 +27,7 @@ from fairseq.models import (
 )
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
+from torch import nn
 
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
@@ -34,8 +35,14 @@ from ..modules.direction_gate import DirectionGate
 from ..modules.location import LocationAttention
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
-    BOUNDARY_INITS, EMBEDDING_INITS, OptionError, add_option_arguments, check_options, option_defaults,
-    option_fields, parse_bool,
+    BOUNDARY_INITS,
+    EMBEDDING_INITS,
+    OptionError,
+    add_option_arguments,
+    check_options,
+    option_defaults,
+    option_fields,
+    parse_bool,
 )
 from .presets import PRESETS
 
@@ -99,25 +106,41 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
         decoder_layers = cfg.decoder_layers or cfg.encoder_layers
         if cfg.share_all_embeddings:
             if src_dict != tgt_dict:
-                raise ValueError("--share-all-embeddings needs one dictionary for source and target "
-                                 "(dict.src.txt and dict.tgt.txt must be the same: prepare the data with a "
-                                 "joined dictionary)")
+                raise ValueError(
+                    "--share-all-embeddings needs one dictionary for source and target "
+                    "(dict.src.txt and dict.tgt.txt must be the same: prepare the data with a "
+                    "joined dictionary)"
+                )
             if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
                 raise ValueError("--share-all-embeddings needs --encoder-embed-dim == --decoder-embed-dim")
-            encoder_embedding = decoder_embedding = build_embedding(src_dict, cfg.encoder_embed_dim,
-                                                                    cfg.embedding_init)
+            encoder_embedding = decoder_embedding = build_embedding(src_dict, cfg.encoder_embed_dim, cfg.embedding_init)
         else:
             encoder_embedding = build_embedding(src_dict, cfg.encoder_embed_dim, cfg.embedding_init)
             decoder_embedding = build_embedding(tgt_dict, cfg.decoder_embed_dim, cfg.embedding_init)
-        encoder = GRUEncoder(src_dict, encoder_embedding, hidden_size=cfg.encoder_hidden_size,
-                             num_layers=cfg.encoder_layers, dropout=cfg.dropout, boundary_init=cfg.boundary_init,
-                             keep_source_eos=cfg.source_eos, max_positions=cfg.max_source_positions)
+        encoder = GRUEncoder(
+            src_dict,
+            encoder_embedding,
+            hidden_size=cfg.encoder_hidden_size,
+            num_layers=cfg.encoder_layers,
+            dropout=cfg.dropout,
+            boundary_init=cfg.boundary_init,
+            keep_source_eos=cfg.source_eos,
+            max_positions=cfg.max_source_positions,
+        )
         attention = build_cross_attention(cfg, encoder.output_dim, decoder_hidden_size)
-        decoder = GRUDecoder(tgt_dict, decoder_embedding, attention, hidden_size=decoder_hidden_size,
-                             num_layers=decoder_layers, encoder_layers=cfg.encoder_layers,
-                             encoder_summary_dim=encoder.output_dim, dropout=cfg.decoder_dropout,
-                             share_input_output_embed=cfg.share_decoder_input_output_embed or cfg.share_all_embeddings,
-                             linear_init=cfg.linear_init, max_positions=cfg.max_target_positions)
+        decoder = GRUDecoder(
+            tgt_dict,
+            decoder_embedding,
+            attention,
+            hidden_size=decoder_hidden_size,
+            num_layers=decoder_layers,
+            encoder_layers=cfg.encoder_layers,
+            encoder_summary_dim=encoder.output_dim,
+            dropout=cfg.decoder_dropout,
+            share_input_output_embed=cfg.share_decoder_input_output_embed or cfg.share_all_embeddings,
+            linear_init=cfg.linear_init,
+            max_positions=cfg.max_target_positions,
+        )
         return cls(encoder, decoder)
 
     def upgrade_state_dict_named(self, state_dict, name):
@@ -158,10 +181,19 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
         )
     scoring = SCORERS.check(cfg.attention_scoring)
     scorer = None if scoring == "none" else (lambda dim: SCORERS.build(scoring, cfg, dim=dim))
-    return CrossAttention(encoder_dim, query_dim, attention_dim=cfg.attention_dim, scorer=scorer, location=location,
-                          direction_gate=gate, position_reference=cfg.position_reference,
-                          mix_temperature=cfg.mix_temperature, location_projection=cfg.location_projection,
-                          linear_init=cfg.linear_init, location_head_init=cfg.location_head_init)
+    return CrossAttention(
+        encoder_dim,
+        query_dim,
+        attention_dim=cfg.attention_dim,
+        scorer=scorer,
+        location=location,
+        direction_gate=gate,
+        position_reference=cfg.position_reference,
+        mix_temperature=cfg.mix_temperature,
+        location_projection=cfg.location_projection,
+        linear_init=cfg.linear_init,
+        location_head_init=cfg.location_head_init,
+    )
 
 
 def build_embedding(dictionary, dim: int, init: str) -> nn.Embedding:
@@ -169,7 +201,7 @@ def build_embedding(dictionary, dim: int, init: str) -> nn.Embedding:
     kaiming_normal_ with mode="fan_out" on a V x dim matrix).  The padding row is zero."""
     check_choice("embedding-init", init, EMBEDDING_INITS)
     embedding = nn.Embedding(len(dictionary), dim, padding_idx=dictionary.pad())
-    std = dim ** -0.5 if init == "scaled-normal" else (2.0 / len(dictionary)) ** 0.5
+    std = dim**-0.5 if init == "scaled-normal" else (2.0 / len(dictionary)) ** 0.5
     nn.init.normal_(embedding.weight, 0, std)
     nn.init.zeros_(embedding.weight[dictionary.pad()])
     return embedding
@@ -179,9 +211,17 @@ class GRUEncoder(FairseqEncoder):
     """Embeds [START, x_1 .. x_n, (</s>,) END] (START / END are learned vectors, not vocabulary
     items) and runs bidirectional GRUs; no positional encoding."""
 
-    def __init__(self, dictionary, embed_tokens: nn.Embedding, hidden_size: int = 64, num_layers: int = 1,
-                 dropout: float = 0.5, boundary_init: str = "normal", keep_source_eos: bool = True,
-                 max_positions: int = 1024):
+    def __init__(
+        self,
+        dictionary,
+        embed_tokens: nn.Embedding,
+        hidden_size: int = 64,
+        num_layers: int = 1,
+        dropout: float = 0.5,
+        boundary_init: str = "normal",
+        keep_source_eos: bool = True,
+        max_positions: int = 1024,
+    ):
         """hidden_size: GRU size per direction; dropout: on the encodings; boundary_init: START /
         END drawn from N(0, 1/dim) ("normal") or "zeros"; keep_source_eos: the source's </s> is
         an encoder position (between the tokens and END)."""
@@ -192,7 +232,7 @@ class GRUEncoder(FairseqEncoder):
         self.eos_idx = dictionary.eos()
         self.keep_source_eos = keep_source_eos
         self.embed_tokens = embed_tokens
-        scale = embed_dim ** -0.5 if boundary_init == "normal" else 0.0
+        scale = embed_dim**-0.5 if boundary_init == "normal" else 0.0
         self.start = nn.Parameter(torch.randn(embed_dim) * scale)
         self.end = nn.Parameter(torch.randn(embed_dim) * scale)
         self.rnn = nn.GRU(embed_dim, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
@@ -213,7 +253,7 @@ class GRUEncoder(FairseqEncoder):
         lengths = token_lengths + 2  # START and END
         x = self.start.new_zeros(batch, width + 2, self.start.numel())
         x[:, 0] = self.start
-        x[:, 1:width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
+        x[:, 1 : width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
         x[torch.arange(batch, device=x.device), token_lengths + 1] = self.end
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         packed_out, final = self.rnn(packed)
@@ -256,10 +296,20 @@ def kept_tokens_first(tokens, kept):
 
 
 class GRUDecoder(FairseqIncrementalDecoder):
-    def __init__(self, dictionary, embed_tokens: nn.Embedding, attention: CrossAttention, hidden_size: int,
-                 num_layers: int = 1, encoder_layers: int = 1, encoder_summary_dim: Optional[int] = None,
-                 dropout: float = 0.0, share_input_output_embed: bool = True, linear_init: str = "pytorch",
-                 max_positions: int = 1024):
+    def __init__(
+        self,
+        dictionary,
+        embed_tokens: nn.Embedding,
+        attention: CrossAttention,
+        hidden_size: int,
+        num_layers: int = 1,
+        encoder_layers: int = 1,
+        encoder_summary_dim: Optional[int] = None,
+        dropout: float = 0.0,
+        share_input_output_embed: bool = True,
+        linear_init: str = "pytorch",
+        max_positions: int = 1024,
+    ):
         """encoder_summary_dim: size of e_cls (h_0 is e_cls, through a projection when the sizes
         differ; default: hidden_size); dropout: on the decoder outputs; share_input_output_embed:
         logits = W h_t E^T + b with E the target embeddings; linear_init "xavier" draws the output

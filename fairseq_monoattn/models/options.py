@@ -9,6 +9,7 @@ entry registered in the attention's registries (``registry.py``): registering an
 its settings as options.  A choice option holds a name; which names are valid is read from
 its registry (or its fixed list) when the model is built, so a user's entries count.
 """
+
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
@@ -27,13 +28,21 @@ class OptionError(ValueError):
     """A model option with a value it cannot take; the message names the option."""
 
 
-def option(default, help: str, choices: Optional[Sequence[str]] = None, registry: Optional[str] = None,
-           check: Optional[Callable[[Any], bool]] = None, requirement: str = ""):
+def option(
+    default,
+    help: str,
+    choices: Optional[Sequence[str]] = None,
+    registry: Optional[str] = None,
+    check: Optional[Callable[[Any], bool]] = None,
+    requirement: str = "",
+):
     """A field with its help text; ``choices`` (a fixed list) or ``registry`` (the name of the
     registry whose entries are the valid values); ``check``: a test every value must pass,
     described by ``requirement`` (e.g. "> 0")."""
-    return field(default=default, metadata={"help": help, "choices": choices, "registry": registry,
-                                            "check": check, "requirement": requirement})
+    return field(
+        default=default,
+        metadata={"help": help, "choices": choices, "registry": registry, "check": check, "requirement": requirement},
+    )
 
 
 def positive(value) -> bool:
@@ -55,67 +64,90 @@ class GRUSeq2SeqOptions:
     encoder_hidden_size: int = option(64, "GRU size per direction", check=positive, requirement="> 0")
     encoder_layers: int = option(1, "bidirectional GRU layers", check=positive, requirement="> 0")
     decoder_embed_dim: int = option(64, "decoder embedding size", check=positive, requirement="> 0")
-    decoder_hidden_size: Optional[int] = option(None, "decoder GRU size (default: 2 x --encoder-hidden-size)",
-                                                check=positive, requirement="> 0")
-    decoder_layers: Optional[int] = option(None, "decoder GRU layers (default: --encoder-layers)",
-                                           check=positive, requirement="> 0")
-    attention_dim: Optional[int] = option(None, "key/query/value size (default: the decoder hidden size)",
-                                          check=positive, requirement="> 0")
+    decoder_hidden_size: Optional[int] = option(
+        None, "decoder GRU size (default: 2 x --encoder-hidden-size)", check=positive, requirement="> 0"
+    )
+    decoder_layers: Optional[int] = option(
+        None, "decoder GRU layers (default: --encoder-layers)", check=positive, requirement="> 0"
+    )
+    attention_dim: Optional[int] = option(
+        None, "key/query/value size (default: the decoder hidden size)", check=positive, requirement="> 0"
+    )
     dropout: float = option(0.5, "dropout on the encoder outputs", check=probability, requirement="in [0, 1)")
-    decoder_dropout: float = option(0.0, "dropout on the decoder outputs", check=probability,
-                                    requirement="in [0, 1)")
+    decoder_dropout: float = option(0.0, "dropout on the decoder outputs", check=probability, requirement="in [0, 1)")
     # embeddings and initialisation
     share_decoder_input_output_embed: bool = option(True, "tie the output projection to the target embeddings")
     share_all_embeddings: bool = option(
-        False, "one embedding matrix for the source, the decoder input and the output (needs one dictionary "
-               "for source and target, see the data's joined dictionary)")
+        False,
+        "one embedding matrix for the source, the decoder input and the output (needs one dictionary "
+        "for source and target, see the data's joined dictionary)",
+    )
     embedding_init: str = option(
-        "scaled-normal", "scaled-normal: N(0, 1/dim) (fairseq's habit); kaiming-fan-out: N(0, 2/vocabulary size) "
-                         "(the authors' release)", choices=EMBEDDING_INITS)
+        "scaled-normal",
+        "scaled-normal: N(0, 1/dim) (fairseq's habit); kaiming-fan-out: N(0, 2/vocabulary size) (the authors' release)",
+        choices=EMBEDDING_INITS,
+    )
     boundary_init: str = option(
-        "normal", "initial START / END vectors: N(0, 1/dim) or zeros (the authors' release)", choices=BOUNDARY_INITS)
+        "normal", "initial START / END vectors: N(0, 1/dim) or zeros (the authors' release)", choices=BOUNDARY_INITS
+    )
     linear_init: str = option(
-        "pytorch", "attention and output layers: torch's default init, or Xavier-uniform without the biases "
-                   "the authors' release leaves out", choices=LINEAR_INITS)
+        "pytorch",
+        "attention and output layers: torch's default init, or Xavier-uniform without the biases "
+        "the authors' release leaves out",
+        choices=LINEAR_INITS,
+    )
     source_eos: bool = option(True, "keep fairseq's source </s> as an encoder position between the tokens and END")
     # cross-attention
     attention_scoring: str = option(
-        "content", "query-key scores (none: location attention alone)", registry="attention_scoring")
+        "content", "query-key scores (none: location attention alone)", registry="attention_scoring"
+    )
     location_attention: bool = option(False, "use Gaussian location attention (mixed with the scores if both are on)")
     direction_gate: bool = option(False, "attend to g*e + (1-g)*reverse(e) instead of e")
     reference: str = option("previous", "reference position of the location focus", registry="reference")
-    step_activation: str = option("sigmoid", "activation of the step taken from the reference position",
-                                  registry="step_activation")
+    step_activation: str = option(
+        "sigmoid", "activation of the step taken from the reference position", registry="step_activation"
+    )
     clamp_center: bool = option(False, "leaky-clamp the location centre into [0, 1]")
     position_reference: str = option(
-        "mixed", "previous position from the mixed attention or the location-only one (PR)",
-        choices=POSITION_REFERENCES)
+        "mixed", "previous position from the mixed attention or the location-only one (PR)", choices=POSITION_REFERENCES
+    )
     location_normalization: str = option(
-        "softmax", "softmax over real positions, or the release's exp / (sum + 1e-20), whose weights "
-                   "underflow to zero (and reset the focus to START) far past the last position",
-        registry="location_normalization")
+        "softmax",
+        "softmax over real positions, or the release's exp / (sum + 1e-20), whose weights "
+        "underflow to zero (and reset the focus to START) far past the last position",
+        registry="location_normalization",
+    )
     location_projection: bool = option(
-        False, "read the location heads off the paper's intermediate l_t = f_l(h) (a d x d layer) "
-               "instead of directly off h")
+        False,
+        "read the location heads off the paper's intermediate l_t = f_l(h) (a d x d layer) instead of directly off h",
+    )
     location_head_init: str = option(
-        "per-head", "with --linear-init xavier: draw each location head vector on its own fan, or the "
-                    "step/gate/bias vectors as one (d, k) tensor as the release's LocAttn",
-        choices=LOCATION_HEAD_INITS)
+        "per-head",
+        "with --linear-init xavier: draw each location head vector on its own fan, or the "
+        "step/gate/bias vectors as one (d, k) tensor as the release's LocAttn",
+        choices=LOCATION_HEAD_INITS,
+    )
     sigma_min: float = option(0.27, "minimum width of the location focus", check=positive, requirement="> 0")
     clamp_slope: float = option(0.01, "leaky slope of the centre clamp", check=non_negative, requirement=">= 0")
     mix_temperature: float = option(5.0, "beta in the content/location mix")
     direction_temperature: float = option(5.0, "beta in the direction gate")
-    max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length", check=positive,
-                                       requirement="> 0")
-    max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length", check=positive,
-                                       requirement="> 0")
+    max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length", check=positive, requirement="> 0")
+    max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length", check=positive, requirement="> 0")
 
 
 BASE_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(GRUSeq2SeqOptions)}
 RESERVED_OPTIONS.update(BASE_FIELDS)
 # read only with location attention (the entries' own settings follow their entry)
-LOCATION_OPTIONS = ("reference", "step_activation", "clamp_center", "location_normalization",
-                    "location_projection", "location_head_init", "sigma_min", "clamp_slope")
+LOCATION_OPTIONS = (
+    "reference",
+    "step_activation",
+    "clamp_center",
+    "location_normalization",
+    "location_projection",
+    "location_head_init",
+    "sigma_min",
+    "clamp_slope",
+)
 
 
 def option_fields() -> Dict[str, dataclasses.Field]:
@@ -200,6 +232,7 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
 
 
 # --- the command line ---------------------------------------------------------------------------
+
 
 def add_option_arguments(parser: argparse.ArgumentParser, eval_bool: Callable[[str], Any]) -> None:
     """Every option as a command-line argument without a default (so that a preset can set it).

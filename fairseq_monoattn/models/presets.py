@@ -7,6 +7,7 @@ A preset holds only the options it differs in; every other option keeps its defa
 (``--arch NAME``) and as a hydra config (``model._name=NAME``).  This module does not import
 fairseq.
 """
+
 from typing import Any, Dict
 
 # How the authors' release trains every model, where fairseq's habits differ (RESULTS.md,
@@ -25,9 +26,15 @@ from typing import Any, Dict
 # * the Gaussian divided by its sum (--location-normalization sum): OneStep on ReCopy learned
 #   far slower with it (valid accuracy 0.05 after epoch 1 against 48 with the softmax, and
 #   99.9 / 40 / 0.1 at 15 / 30 / 100 after 25 epochs), and MonoAttn was no better with it.
-AUTHORS_TRAINING = dict(embedding_init="kaiming-fan-out", boundary_init="zeros", linear_init="xavier",
-                        source_eos=False, location_projection=True, mix_temperature=1.0,
-                        location_head_init="joint")
+AUTHORS_TRAINING = dict(
+    embedding_init="kaiming-fan-out",
+    boundary_init="zeros",
+    linear_init="xavier",
+    source_eos=False,
+    location_projection=True,
+    mix_temperature=1.0,
+    location_head_init="joint",
+)
 
 # name -> the options that distinguish it; every other option keeps the base default.
 CONTENT = dict(AUTHORS_TRAINING, attention_scoring="content")
@@ -66,5 +73,3 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     "gru_onestep_minus_step3": dict(ONESTEP, step_activation="softstair"),
     "gru_onestep_minus_sigmoid": dict(ONESTEP, step_activation="none"),
 }
-
-

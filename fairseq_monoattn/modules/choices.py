@@ -1,4 +1,5 @@
 """One check for every option that takes one of a few named values."""
+
 from typing import Iterable
 
 

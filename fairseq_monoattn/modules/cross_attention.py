@@ -24,6 +24,7 @@ Initialisation (``--linear-init``): "pytorch" keeps torch's defaults; "xavier" d
 weight of the attention from a Xavier-uniform distribution of its own shape, with no bias
 on the keys, the query, the value output and the location heads, as the authors' release.
 """
+
 import math
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -49,11 +50,20 @@ Memory = Dict[str, torch.Tensor]
 
 
 class CrossAttention(nn.Module):
-    def __init__(self, encoder_dim: int, query_dim: int, attention_dim: Optional[int] = None,
-                 scorer: Optional[Callable[[int], Scorer]] = None, location: Optional[LocationAttention] = None,
-                 direction_gate: Optional[DirectionGate] = None, position_reference: str = "mixed",
-                 mix_temperature: float = 5.0, location_projection: bool = False, linear_init: str = "pytorch",
-                 location_head_init: str = "per-head"):
+    def __init__(
+        self,
+        encoder_dim: int,
+        query_dim: int,
+        attention_dim: Optional[int] = None,
+        scorer: Optional[Callable[[int], Scorer]] = None,
+        location: Optional[LocationAttention] = None,
+        direction_gate: Optional[DirectionGate] = None,
+        position_reference: str = "mixed",
+        mix_temperature: float = 5.0,
+        location_projection: bool = False,
+        linear_init: str = "pytorch",
+        location_head_init: str = "per-head",
+    ):
         """
         encoder_dim, query_dim: sizes of the encodings e_i and of the query state h_{t-1};
         attention_dim: size of keys, queries and values (default: query_dim);
@@ -168,8 +178,9 @@ class CrossAttention(nn.Module):
         """pa_0 = 0: the first reference is the START position."""
         return memory["values"].new_zeros(memory["values"].size(0))
 
-    def forward(self, hidden: torch.Tensor, memory: Memory, previous_position: Optional[torch.Tensor],
-                step: int) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    def forward(
+        self, hidden: torch.Tensor, memory: Memory, previous_position: Optional[torch.Tensor], step: int
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         """hidden (B, Dq) = h_{t-1}; returns context (B, Da), weights (B, S), pa_t (B,) or None."""
         mask = memory["padding_mask"]
         query, features, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)

@@ -1,8 +1,9 @@
 """Bidirectional encodings: a learned, per-sequence choice between e and reverse(e).
 
-    g     = sigmoid(beta * f_dir(e_cls))            (one scalar per sequence)
-    e_dir = g * e + (1 - g) * reverse(e)            (reverse of the real positions only)
+g     = sigmoid(beta * f_dir(e_cls))            (one scalar per sequence)
+e_dir = g * e + (1 - g) * reverse(e)            (reverse of the real positions only)
 """
+
 import torch
 from torch import nn
 

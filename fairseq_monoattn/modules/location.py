@@ -12,11 +12,12 @@ The three choices are modules of their own, each from a registry (``registry.py`
 reference position ref_t (``references.py``), the step activation act (``steps.py``) and the
 normalisation (``normalizations.py``).
 """
+
 from typing import Dict, Optional, Tuple
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..registry import FocusNormalization, ReferencePosition, StepActivation
 from .positions import normalized_positions
@@ -34,8 +35,14 @@ class LocationAttention(nn.Module):
     ``head_names`` (step and width, then the reference's own) off h and passes them in as one
     (B, num_heads) tensor, so that one matrix product of h serves every part of the attention."""
 
-    def __init__(self, reference: ReferencePosition, step: StepActivation, normalization: FocusNormalization,
-                 sigma_min: float = 0.27, clamp_slope: Optional[float] = None):
+    def __init__(
+        self,
+        reference: ReferencePosition,
+        step: StepActivation,
+        normalization: FocusNormalization,
+        sigma_min: float = 0.27,
+        clamp_slope: Optional[float] = None,
+    ):
         """``clamp_slope``: leaky-clamp mu into [0, 1] with this slope outside, or None for no clamp."""
         super().__init__()
         self.reference = reference
@@ -63,8 +70,14 @@ class LocationAttention(nn.Module):
             "lengths": lengths,
         }
 
-    def forward(self, head_logits: torch.Tensor, previous_position: torch.Tensor, memory: Memory,
-                padding_mask: torch.Tensor, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        head_logits: torch.Tensor,
+        previous_position: torch.Tensor,
+        memory: Memory,
+        padding_mask: torch.Tensor,
+        step: int,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """head_logits (B, num_heads), previous_position (B,), memory from prepare(), padding_mask
         (B, S) -> weights (B, S) over real positions, and the centre mu (B,)."""
         heads = self.split_heads(head_logits)

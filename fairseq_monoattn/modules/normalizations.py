@@ -8,6 +8,7 @@ log-Gaussian over the source positions.  Registered in ``NORMALIZATIONS``.
               to 0, lambda is all zeros (no context, and the next reference position pa_t = 0
               is START again).
 """
+
 import torch
 
 from ..registry import FocusNormalization, register_normalization

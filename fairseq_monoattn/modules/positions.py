@@ -4,6 +4,7 @@ Every tensor here is batch-first and *right-padded*: example ``b`` occupies posi
 ``0 .. lengths[b] - 1`` of its row, so an example's positions never depend on the other
 examples of the batch (padding invariance).
 """
+
 import math
 
 import torch
@@ -36,9 +37,7 @@ def sinusoid(positions: torch.Tensor, dim: int, dtype: torch.dtype = torch.float
     Works for any (also negative) position, so no distance is ever out of range.
     """
     half = dim // 2
-    freqs = torch.exp(
-        torch.arange(half, device=positions.device, dtype=dtype) * (-math.log(10000.0) / half)
-    )
+    freqs = torch.exp(torch.arange(half, device=positions.device, dtype=dtype) * (-math.log(10000.0) / half))
     angles = positions.to(dtype).unsqueeze(-1) * freqs
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
 
@@ -51,9 +50,7 @@ def rotate_pairs(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """
     half = x.size(-1) // 2
     dtype = torch.promote_types(x.dtype, torch.float32)  # angles of long distances need float32 at least
-    freqs = torch.exp(
-        torch.arange(half, device=x.device, dtype=dtype) * (-math.log(10000.0) / half)
-    )
+    freqs = torch.exp(torch.arange(half, device=x.device, dtype=dtype) * (-math.log(10000.0) / half))
     angles = positions.to(dtype).unsqueeze(-1) * freqs
     cos, sin = torch.cos(angles), torch.sin(angles)
     first, second = x[..., :half], x[..., half:]

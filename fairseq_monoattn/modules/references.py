@@ -6,6 +6,7 @@ the previously attended position pa_{t-1} (pa_0 = 0, the START position).  Regis
     gated          ref_t = sigmoid(f_gate(l_t)) pa_{t-1} + sigmoid(f_bias(l_t))   (LocAttn)
     initial-bias   ref_1 = sigmoid(f_bias(l_1)), ref_t = pa_{t-1} after       (LocAttn S)
 """
+
 from typing import Mapping
 
 import torch

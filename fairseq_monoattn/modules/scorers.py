@@ -5,6 +5,7 @@ The 1/sqrt(d) scale is folded into the prepared keys (once per sequence, not onc
 Key position i is the 0-based index in the wrapped source, so the first real token (after
 START) is at i = 1 and the first decoder step t = 1 sees it at distance i - t = 0.
 """
+
 import math
 from typing import Dict
 
@@ -41,7 +42,7 @@ class RelativeScores(Scorer):
     def __init__(self, dim: int):
         super().__init__(dim)
         self.scale = 1.0 / math.sqrt(dim)
-        self.content_bias = nn.Parameter(torch.zeros(dim))   # u
+        self.content_bias = nn.Parameter(torch.zeros(dim))  # u
         self.position_bias = nn.Parameter(torch.zeros(dim))  # v
         self.position_proj = nn.Linear(dim, dim, bias=False)  # W_r
 

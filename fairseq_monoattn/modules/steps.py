@@ -8,11 +8,12 @@ normalised positions).  Registered in ``STEP_ACTIVATIONS``.
     softstair   floor(rho) + sigmoid(tau (rho - floor(rho) - 0.5))    (LocAttn)
     none        rho, the raw step                                     (OneStep - Sigmoid)
 """
+
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..registry import StepActivation, register_step_activation
 

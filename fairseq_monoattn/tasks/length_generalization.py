@@ -15,6 +15,7 @@ options) with defaults that never drop long examples and greedy exact-match vali
   ``--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric``; checkpoint_best.pt,
   ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.
 """
+
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -31,8 +32,8 @@ from omegaconf import II
 
 from ..dictionaries import check_dictionaries, symbols
 from ..limits import NO_LENGTH_LIMIT
-from ..recipes import TASK_DEFAULTS
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
+from ..recipes import TASK_DEFAULTS
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +57,17 @@ class LengthGeneralizationConfig(TranslationConfig):
     )
     stop_after_perfect: int = field(
         default=TASK_DEFAULTS["stop_after_perfect"],
-        metadata={"help": "stop training once greedy valid accuracy has been 100 for this many validations "
-                          "in a row (0: never); needs --best-checkpoint-metric accuracy"},
+        metadata={
+            "help": "stop training once greedy valid accuracy has been 100 for this many validations "
+            "in a row (0: never); needs --best-checkpoint-metric accuracy"
+        },
     )
     train_batches: ChoiceEnum(TRAIN_BATCHES) = field(
         default=TASK_DEFAULTS["train_batches"],
-        metadata={"help": "training batches: 'sorted', fairseq's batches of similar length with the same contents "
-                          "every epoch, or 'random', new draws of --batch-size examples (mixed lengths) every epoch"},
+        metadata={
+            "help": "training batches: 'sorted', fairseq's batches of similar length with the same contents "
+            "every epoch, or 'random', new draws of --batch-size examples (mixed lengths) every epoch"
+        },
     )
     eval_accuracy: bool = field(
         default=False,
@@ -85,8 +90,10 @@ def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
     if metric in MINIMIZED and cfg.maximize_best_checkpoint_metric is True:
         raise ValueError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
     if cfg.stop_after_perfect and metric != "accuracy":
-        raise ValueError("--stop-after-perfect watches greedy valid accuracy: it needs --eval-accuracy and "
-                         "--best-checkpoint-metric accuracy")
+        raise ValueError(
+            "--stop-after-perfect watches greedy valid accuracy: it needs --eval-accuracy and "
+            "--best-checkpoint-metric accuracy"
+        )
 
 
 PERFECT_ACCURACY = 100.0
@@ -144,19 +151,44 @@ class LengthGeneralizationTask(TranslationTask):
             self.greedy_generator = greedy_generator([model], self.target_dictionary)
         return model
 
-    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, max_positions=None,
-                           ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, num_shards=1,
-                           shard_id=0, num_workers=0, epoch=1, data_buffer_size=0, disable_iterator_cache=False,
-                           **kwargs):
+    def get_batch_iterator(
+        self,
+        dataset,
+        max_tokens=None,
+        max_sentences=None,
+        max_positions=None,
+        ignore_invalid_inputs=False,
+        required_batch_size_multiple=1,
+        seed=1,
+        num_shards=1,
+        shard_id=0,
+        num_workers=0,
+        epoch=1,
+        data_buffer_size=0,
+        disable_iterator_cache=False,
+        **kwargs,
+    ):
         if not (self.cfg.train_batches == "random" and dataset is self.datasets.get(self.cfg.train_subset)):
             return super().get_batch_iterator(
-                dataset, max_tokens=max_tokens, max_sentences=max_sentences, max_positions=max_positions,
-                ignore_invalid_inputs=ignore_invalid_inputs, required_batch_size_multiple=required_batch_size_multiple,
-                seed=seed, num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
-                data_buffer_size=data_buffer_size, disable_iterator_cache=disable_iterator_cache, **kwargs)
+                dataset,
+                max_tokens=max_tokens,
+                max_sentences=max_sentences,
+                max_positions=max_positions,
+                ignore_invalid_inputs=ignore_invalid_inputs,
+                required_batch_size_multiple=required_batch_size_multiple,
+                seed=seed,
+                num_shards=num_shards,
+                shard_id=shard_id,
+                num_workers=num_workers,
+                epoch=epoch,
+                data_buffer_size=data_buffer_size,
+                disable_iterator_cache=disable_iterator_cache,
+                **kwargs,
+            )
         if max_sentences is None or max_tokens is not None:
-            raise ValueError("--train-batches random draws --batch-size examples per batch: give --batch-size "
-                             "and no --max-tokens")
+            raise ValueError(
+                "--train-batches random draws --batch-size examples per batch: give --batch-size and no --max-tokens"
+            )
         keep = np.arange(len(dataset))
         if max_positions is not None:
             keep = self.filter_indices_by_size(keep, dataset, max_positions, ignore_invalid_inputs)
@@ -164,21 +196,31 @@ class LengthGeneralizationTask(TranslationTask):
         def random_batches(dataset, epoch):
             """A fresh permutation of the training examples for each epoch, cut into batches."""
             order = keep[np.random.default_rng([seed, epoch]).permutation(len(keep))]
-            return [order[i:i + max_sentences] for i in range(0, len(order), max_sentences)]
+            return [order[i : i + max_sentences] for i in range(0, len(order), max_sentences)]
 
         dataset.set_epoch(epoch)
         # fairseq-train asks for a new iterator every epoch; fairseq 0.12's default of persistent
         # workers would leave each epoch's data-loading process alive to the end of the run
         return iterators.EpochBatchIterator(
-            dataset=dataset, collate_fn=dataset.collater, batch_sampler=random_batches, seed=seed,
-            num_shards=num_shards, shard_id=shard_id, num_workers=num_workers, epoch=epoch,
-            buffer_size=data_buffer_size, persistent_workers=False)
+            dataset=dataset,
+            collate_fn=dataset.collater,
+            batch_sampler=random_batches,
+            seed=seed,
+            num_shards=num_shards,
+            shard_id=shard_id,
+            num_workers=num_workers,
+            epoch=epoch,
+            buffer_size=data_buffer_size,
+            persistent_workers=False,
+        )
 
     # --- the dictionaries travel with the checkpoint ------------------------------------------
 
     def state_dict(self):
-        return {**super().state_dict(), "dictionaries": {"source": symbols(self.src_dict),
-                                                         "target": symbols(self.tgt_dict)}}
+        return {
+            **super().state_dict(),
+            "dictionaries": {"source": symbols(self.src_dict), "target": symbols(self.tgt_dict)},
+        }
 
     def load_state_dict(self, state_dict):
         """A checkpoint's task state (fairseq loads it before building the model): its
@@ -188,8 +230,10 @@ class LengthGeneralizationTask(TranslationTask):
         trained = state_dict.pop("dictionaries", None)
         if trained is not None:
             data = Path(utils.split_paths(self.cfg.data)[0]) if self.cfg.data else None
-            files = {"source": data / f"dict.{self.cfg.source_lang}.txt" if data else None,
-                     "target": data / f"dict.{self.cfg.target_lang}.txt" if data else None}
+            files = {
+                "source": data / f"dict.{self.cfg.source_lang}.txt" if data else None,
+                "target": data / f"dict.{self.cfg.target_lang}.txt" if data else None,
+            }
             check_dictionaries(trained, {"source": symbols(self.src_dict), "target": symbols(self.tgt_dict)}, files)
         super().load_state_dict(state_dict)
 

@@ -1,0 +1,66 @@
+"""An extension of fairseq-monoattn from a package of your own: a new step activation and a new
+content scorer, each registered by name with settings of its own, and two presets that use them.
+The plugin does not import this package; fairseq does, through --user-dir:
+
+    fairseq-train DATA --user-dir examples/extension/attention_extras --arch gru_tanh_onestep ...
+    fairseq-train DATA --user-dir examples/extension/attention_extras --arch gru_onestep \\
+        --step-activation tanh --tanh-step-scale 2 --attention-scoring additive --additive-hidden 16 ...
+
+docs/extending.md walks through it.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+import fairseq_monoattn  # noqa: F401  (the plugin registers its model, presets, task and criterion)
+from fairseq_monoattn.models.gru_seq2seq import register_preset
+from fairseq_monoattn.models.presets import PRESETS
+from fairseq_monoattn.registry import Scorer, StepActivation, register_scorer, register_step_activation
+
+
+@dataclass
+class TanhStepSettings:
+    tanh_step_scale: float = field(default=1.0, metadata={"help": "the largest step: scale * (1 + tanh(rho)) / 2"})
+
+
+@register_step_activation("tanh", settings=TanhStepSettings)
+class TanhStep(StepActivation):
+    """steps = scale * (1 + tanh(rho)) / 2: between 0 and ``scale`` positions forward a step."""
+
+    def __init__(self, settings: TanhStepSettings):
+        super().__init__()
+        self.scale = settings.tanh_step_scale
+
+    def forward(self, rho: torch.Tensor) -> torch.Tensor:
+        return self.scale * (1 + torch.tanh(rho)) / 2
+
+
+@dataclass
+class AdditiveSettings:
+    additive_hidden: int = field(default=32, metadata={"help": "hidden size of the additive scorer"})
+
+
+@register_scorer("additive", settings=AdditiveSettings)
+class AdditiveScores(Scorer):
+    """Bahdanau's additive scores: c_ti = v . tanh(W_k k_i + W_q q_t)."""
+
+    def __init__(self, settings: AdditiveSettings, dim: int):
+        super().__init__(dim)
+        self.key_proj = nn.Linear(dim, settings.additive_hidden, bias=False)
+        self.query_proj = nn.Linear(dim, settings.additive_hidden)
+        self.v = nn.Linear(settings.additive_hidden, 1, bias=False)
+
+    def prepare(self, keys: torch.Tensor):
+        return {"additive_keys": self.key_proj(keys)}  # once per sequence: (B, S, hidden)
+
+    def forward(self, query: torch.Tensor, memory, step: int) -> torch.Tensor:
+        hidden = torch.tanh(memory["additive_keys"] + self.query_proj(query).unsqueeze(1))
+        return self.v(hidden).squeeze(-1)
+
+
+register_preset("gru_tanh_onestep", dict(PRESETS["gru_onestep"], step_activation="tanh"))
+register_preset(
+    "gru_mix_additive_tanh", dict(PRESETS["gru_mix_onestep"], step_activation="tanh", attention_scoring="additive")
+)

@@ -1,0 +1,158 @@
+"""The plugin is open: a package of the user's own (examples/extension/attention_extras) adds a
+step activation and a content scorer with settings of their own, and presets; fairseq-train,
+fairseq-generate and fairseq-monoattn-score accept them through --user-dir, run from a folder
+outside the repository with the plugin installed as a package."""
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+from fairseq import utils
+from fairseq_cli_helpers import hypotheses, run_command, write_copy_dataset
+from model_helpers import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
+
+EXTENSION = Path(__file__).resolve().parents[1] / "examples" / "extension" / "attention_extras"
+D = digit_dictionary()
+SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("1234567890123456789012")]
+
+
+@pytest.fixture(scope="module")
+def extension():
+    utils.import_user_module(Namespace(user_dir=str(EXTENSION)))
+    import attention_extras
+
+    return attention_extras
+
+
+def test_the_extension_registers_entries_options_and_presets(extension):
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_monoattn.models import gru_seq2seq
+    from fairseq_monoattn.models.options import option_defaults, valid_choices
+    from fairseq_monoattn.registry import SCORERS, STEP_ACTIVATIONS
+
+    assert "tanh" in STEP_ACTIVATIONS and "additive" in SCORERS
+    assert "tanh" in valid_choices("step_activation") and "additive" in valid_choices("attention_scoring")
+    assert option_defaults()["tanh_step_scale"] == 1.0 and option_defaults()["additive_hidden"] == 32
+    fields = gru_seq2seq.GRUSeq2SeqConfig.__dataclass_fields__  # the model's config took the new options
+    assert "tanh_step_scale" in fields and "additive_hidden" in fields
+    assert {"gru_tanh_onestep", "gru_mix_additive_tanh"} <= set(ARCH_MODEL_REGISTRY)
+    model = build("gru_mix_additive_tanh", D, tanh_step_scale=2.0, additive_hidden=8)
+    attention = model.decoder.attention
+    assert type(attention.location.step).__name__ == "TanhStep" and attention.location.step.scale == 2.0
+    assert type(attention.scorer).__name__ == "AdditiveScores" and attention.scorer.v.in_features == 8
+
+
+def test_the_new_step_computes_its_equation(extension):
+    step = extension.TanhStep(extension.TanhStepSettings(tanh_step_scale=3.0))
+    rho = torch.tensor([-50.0, 0.0, 50.0])
+    assert step(rho).tolist() == pytest.approx([0.0, 1.5, 3.0])
+
+
+@pytest.mark.parametrize("arch", ["gru_tanh_onestep", "gru_mix_additive_tanh"])
+def test_incremental_decoding_and_padding_invariance_hold_for_the_extension(extension, arch):
+    for beam in (1, 5):
+        assert_incremental_equals_full(build(arch, D, seed=3), D, SOURCES, beam)
+    assert_padding_invariant(build(arch, D, seed=4), D, SOURCES)
+
+
+def test_an_entry_cannot_take_a_name_or_an_option_another_has(extension):
+    from dataclasses import dataclass
+
+    from fairseq_monoattn.registry import StepActivation, register_step_activation
+
+    with pytest.raises(ValueError, match="'tanh' is registered already"):
+        register_step_activation("tanh")(type("Again", (StepActivation,), {}))
+
+    @dataclass
+    class Clash:
+        sigma_min: float = 1.0
+
+    with pytest.raises(ValueError, match="the model has an option of that name"):
+        register_step_activation("clash2", settings=Clash)(type("Clashing2", (StepActivation,), {}))
+
+    @dataclass
+    class OtherDefault:
+        step_temperature: float = 1.0  # sigmoid's option, another default
+
+    with pytest.raises(ValueError, match="another type or default"):
+        register_step_activation("clash3", settings=OtherDefault)(type("Clashing3", (StepActivation,), {}))
+    with pytest.raises(TypeError, match="must extend StepActivation"):
+        register_step_activation("not-a-step")(type("NotAStep", (torch.nn.Module,), {}))
+
+
+def test_train_generate_and_score_from_outside_the_repository(extension, tmp_path):
+    """The plugin is installed; the user's package is given as --user-dir; nothing runs from the
+    repository."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    data = write_copy_dataset(work / "data", {"train": (96, 2, 5), "valid": (12, 3, 6), "test": (10, 3, 6)})
+    save = work / "ck"
+    run_command(
+        "fairseq-train",
+        str(data / "bin"),
+        "--user-dir",
+        str(EXTENSION),
+        "--arch",
+        "gru_mix_additive_tanh",
+        "--tanh-step-scale",
+        "1.5",
+        "--task",
+        "length_generalization",
+        "--criterion",
+        "seq_acc",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "3e-3",
+        "--batch-size",
+        "16",
+        "--max-epoch",
+        "2",
+        "--save-dir",
+        str(save),
+        "--no-epoch-checkpoints",
+        "--seed",
+        "1",
+        cwd=work,
+    )
+    checkpoint = torch.load(save / "checkpoint_last.pt", weights_only=True)
+    model_cfg = checkpoint["cfg"]["model"]
+    assert (model_cfg["step_activation"], model_cfg["attention_scoring"]) == ("tanh", "additive")
+    assert (model_cfg["tanh_step_scale"], model_cfg["additive_hidden"]) == (1.5, 32)
+    output = run_command(
+        "fairseq-generate",
+        str(data / "bin"),
+        "--user-dir",
+        str(EXTENSION),
+        "--path",
+        str(save / "checkpoint_last.pt"),
+        "--task",
+        "length_generalization",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "1",
+        "--batch-size",
+        "4",
+        cwd=work,
+    )
+    assert sorted(hypotheses(output.splitlines())) == list(range(10))
+    out = work / "scores.json"
+    run_command(
+        "fairseq-monoattn-score",
+        "--checkpoint",
+        str(save / "checkpoint_last.pt"),
+        "--data",
+        str(data / "bin"),
+        "--splits",
+        "test",
+        "--out",
+        str(out),
+        "--user-dir",
+        str(EXTENSION),
+        cwd=work,
+    )
+    assert json.loads(out.read_text())["splits"]["test"]["size"] == 10
