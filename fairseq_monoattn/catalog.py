@@ -40,6 +40,35 @@ DEFAULT_DATA_SEED = 1  # the same for every task
 
 
 @dataclass(frozen=True)
+class SplitPlan:
+    """A generated split: ``size`` examples of lengths drawn uniformly from min_length..max_length."""
+
+    name: str
+    size: int
+    min_length: int
+    max_length: int
+
+
+# The generated digit tasks' splits (the paper's: train 5-10, valid 10-15, tests of exactly 15,
+# 30, 100 and an i.i.d. test of 5-10; and, not in the paper, more points of the accuracy-against-
+# length curve, smaller, each drawn from its own generator so the paper's splits are unchanged by
+# them).  Lengths count the original digits (DeDupe: groups).
+DIGIT_SPLIT_PLANS = (
+    SplitPlan("train", 10_000, 5, 10),
+    SplitPlan("valid", 2_000, 10, 15),
+    SplitPlan("test15", 2_000, 15, 15),
+    SplitPlan("test30", 2_000, 30, 30),
+    SplitPlan("test100", 2_000, 100, 100),
+    SplitPlan("test_iid", 2_000, 5, 10),
+    SplitPlan("test10", 500, 10, 10),
+    SplitPlan("test20", 500, 20, 20),
+    SplitPlan("test50", 500, 50, 50),
+    SplitPlan("test200", 500, 200, 200),
+)
+DIGIT_TRAIN_LENGTHS = next((p.min_length, p.max_length) for p in DIGIT_SPLIT_PLANS if p.name == "train")
+
+
+@dataclass(frozen=True)
 class TaskFacts:
     name: str
     title: str

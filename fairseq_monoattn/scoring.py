@@ -25,6 +25,15 @@ from .metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad
 GATE_APPLIES_TO = "cross-attention keys and values: g * e + (1 - g) * reverse(e)"
 
 
+# Greedy outputs in float32 depend, through rounding, on the batch an example is decoded in (the
+# matrix kernels a batch size selects, sums over the padded width): about 1e-7 at the first step,
+# grown by the recurrence, enough to flip an argmax between two near-tied tokens (seen in 1 to 3
+# of 2,000 outputs for some presets, never a padding leak: docs/training.md).  Scoring in float64
+# shrinks that to about 1e-12 below fairseq's float32 log-probabilities, so a score does not
+# depend on --batch-size; "float32" scores as the model trains.
+PRECISIONS = {"float64": torch.float64, "float32": torch.float32}
+
+
 class CheckpointError(ValueError):
     """A checkpoint or data folder that cannot be used, worded for the command line and naming
     the file; ``usage``: the command was given bad input (exit status 2) rather than failing."""
@@ -39,16 +48,21 @@ def split_files(data_bin: Path, split: str) -> List[Path]:
     return [Path(data_bin) / f"{split}.src-tgt.{side}.idx" for side in ("src", "tgt")]
 
 
-def check_score_inputs(checkpoint, data_bin, splits, out, force: bool = False, user_dir=None) -> None:
-    """Everything :func:`score` needs, checked before any decoding: the checkpoint, the data
-    folder, both sides of every split, a writable --out (not an existing file unless ``force``)."""
-    checkpoint, data_bin, out = Path(checkpoint), Path(data_bin), Path(out)
+def check_checkpoint_and_data(checkpoint: Path, data_bin: Path) -> None:
+    """The checkpoint is a file and the data folder holds fairseq dictionaries."""
     if not checkpoint.is_file():
         raise CheckpointError(f"checkpoint not found: {checkpoint}")
     if not data_bin.is_dir():
         raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
     if not any(data_bin.glob("dict.*.txt")):
         raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
+
+
+def check_score_inputs(checkpoint, data_bin, splits, out, force: bool = False, user_dir=None) -> None:
+    """Everything :func:`score` needs, checked before any decoding: the checkpoint, the data
+    folder, both sides of every split, a writable --out (not an existing file unless ``force``)."""
+    checkpoint, data_bin, out = Path(checkpoint), Path(data_bin), Path(out)
+    check_checkpoint_and_data(checkpoint, data_bin)
     missing = [str(path) for split in splits for path in split_files(data_bin, split) if not path.is_file()]
     if missing:
         raise CheckpointError(f"missing split files: {', '.join(missing)}")
@@ -59,11 +73,14 @@ def check_score_inputs(checkpoint, data_bin, splits, out, force: bool = False, u
     folder = out.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    if out.is_dir() or not os.access(folder, os.W_OK):
-        raise CheckpointError(f"cannot write {out} ({'a folder' if out.is_dir() else f'{folder} is not writable'})")
+    if out.is_dir():
+        raise CheckpointError(f"cannot write {out}: it is a folder")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        reason = "not a folder" if not folder.is_dir() else "not writable"
+        raise CheckpointError(f"cannot write {out}: {folder} is {reason}")
 
 
-def load_checkpoint(checkpoint, data_bin, user_dir=None):
+def load_checkpoint(checkpoint, data_bin, user_dir=None, dtype: Optional[torch.dtype] = None):
     """(models in eval mode, task, cfg) from a checkpoint through fairseq's own loader, the
     task reading its dictionaries and splits from ``data_bin``.  A checkpoint that cannot be read,
     or whose dictionaries are not the data's, is a CheckpointError naming both files."""
@@ -79,12 +96,7 @@ def load_checkpoint(checkpoint, data_bin, user_dir=None):
 
         utils.import_user_module(Namespace(user_dir=str(user_dir)))
     checkpoint, data_bin = Path(checkpoint), Path(data_bin)
-    if not checkpoint.is_file():
-        raise CheckpointError(f"checkpoint not found: {checkpoint}")
-    if not data_bin.is_dir():
-        raise CheckpointError(f"data folder not found: {data_bin} (pass the binarized folder, e.g. DIR/bin)")
-    if not any(data_bin.glob("dict.*.txt")):
-        raise CheckpointError(f"no fairseq dictionaries (dict.*.txt) in {data_bin}")
+    check_checkpoint_and_data(checkpoint, data_bin)
     state = read_checkpoint(checkpoint, {"data": str(data_bin)})
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
@@ -96,6 +108,8 @@ def load_checkpoint(checkpoint, data_bin, user_dir=None):
         raise CheckpointError(f"{checkpoint}: cannot build its model on {data_bin}: {error}", usage=False) from None
     for model in models:
         model.eval()
+        if dtype is not None:
+            model.to(dtype)
     return models, task, cfg
 
 
@@ -227,18 +241,29 @@ def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> d
 
 
 def score(
-    checkpoint, data, splits, out, batch_size=64, max_output_len=None, predictions=False, force=False, user_dir=None
+    checkpoint,
+    data,
+    splits,
+    out,
+    batch_size=64,
+    max_output_len=None,
+    predictions=False,
+    force=False,
+    user_dir=None,
+    precision: str = "float64",
 ):
     """Score ``splits`` of ``checkpoint`` and write ``out`` (JSON; never over an existing file
     unless ``force``).  Returns {split: {size, correct, accuracy, mean_edit_distance, ...}}.
     Every input is checked before decoding starts; nothing is written unless every split is
-    scored."""
+    scored.  ``precision``: the model's float type while decoding (PRECISIONS)."""
+    if precision not in PRECISIONS:
+        raise CheckpointError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     from tqdm import tqdm
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # data-loading chatter per split
     out = Path(out)
     check_score_inputs(checkpoint, data, splits, out, force, user_dir)
-    models, task, _cfg = load_checkpoint(checkpoint, data, user_dir)
+    models, task, _cfg = load_checkpoint(checkpoint, data, user_dir, dtype=PRECISIONS[precision])
     results = {}
     for split in splits:
         start = time.time()
@@ -261,7 +286,16 @@ def score(
         if predictions:
             lines = [task.target_dictionary.string(hypotheses[i]) for i in range(len(hypotheses))]
             (out.parent / f"{out.stem}.{split}.txt").write_text("".join(line + "\n" for line in lines))
-    write_json_atomic(out, {"checkpoint": str(checkpoint), "data": str(data), "decoding": "greedy", "splits": results})
+    write_json_atomic(
+        out,
+        {
+            "checkpoint": str(checkpoint),
+            "data": str(data),
+            "decoding": "greedy",
+            "precision": precision,
+            "splits": results,
+        },
+    )
     return results
 
 

@@ -86,3 +86,21 @@ def copy_examples(rng, count, low, high):
         digits = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(low, high)))
         out.append(Example(digits, digits, len(digits.split())))
     return out
+
+
+# A run small enough for the tests: a few dozen Copy examples, a test split of its own length.
+TINY = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid": (5, 3, 5)}
+
+
+def tiny_spec(seed=3, task="copy", arch="gru_onestep", max_epoch=2, **kw):
+    from fairseq_monoattn.experiments.runs import RunSpec
+
+    return RunSpec(task=task, arch=arch, seed=seed, max_epoch=max_epoch, **kw)
+
+
+def with_tiny_data(work, *specs):
+    """Put a tiny prepared data set where each spec looks for its task's data."""
+    for spec in specs:
+        if not (spec.data_dir(work) / "manifest.json").exists():
+            write_copy_dataset(spec.data_dir(work), TINY, seed=spec.data_seed)
+    return specs

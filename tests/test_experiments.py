@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from fairseq_cli_helpers import write_copy_dataset
+from fairseq_cli_helpers import tiny_spec, with_tiny_data
 
 from fairseq_monoattn.experiments import aggregate, compare, launch
 from fairseq_monoattn.experiments.runs import (
@@ -28,7 +28,6 @@ from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
 
 EOS = 2
-TINY = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid": (5, 3, 5)}
 
 
 def test_tally_on_hand_made_hypotheses():
@@ -81,18 +80,6 @@ def test_levenshtein_equals_nltks_edit_distance():
     for a, b in pairs:
         assert levenshtein(a, b) == levenshtein(b, a) == nltk_edit_distance(a, b), (a, b)
     assert levenshtein("kitten", "sitting") == 3 and levenshtein([1] * 70, [1] * 64) == 6
-
-
-def tiny_spec(seed=3, task="copy", arch="gru_onestep", max_epoch=2, **kw):
-    return RunSpec(task=task, arch=arch, seed=seed, max_epoch=max_epoch, **kw)
-
-
-def with_tiny_data(work, *specs):
-    """Put a tiny prepared data set where each spec looks for its task's data."""
-    for spec in specs:
-        if not (spec.data_dir(work) / "manifest.json").exists():
-            write_copy_dataset(spec.data_dir(work), TINY, seed=spec.data_seed)
-    return specs
 
 
 @pytest.fixture(scope="module")

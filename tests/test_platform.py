@@ -116,7 +116,11 @@ BAD_CALLS = [
         ["copy", "--arch", "gru_onestep", "--variant", "x=--lr-patiance 3"],
         "unrecognized arguments: --lr-patiance",
     ),
-    ("run", ["copy", "--arch", "gru_onestep", "--variant", "x=--sigma-min -1"], "--sigma-min must be > 0, got -1.0"),
+    (
+        "run",
+        ["copy", "--arch", "gru_onestep", "--variant", "x=--sigma-min -1"],
+        "argument --sigma-min: must be > 0, got -1",
+    ),
     ("run", ["copy", "--arch", "gru_onestep", "--variant", "x=--direction-gate yes"], "--direction-gate"),
     ("run", ["copy", "--arch", "gru_onestep", "--variant", "--lr 3"], "NAME=OPTIONS"),
     (
@@ -150,6 +154,17 @@ def test_a_bad_name_or_value_is_one_line_exit_2_and_nothing_is_created(tmp_path,
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert list(tmp_path.iterdir()) == []  # no work folder, no run folder, no lock, no record
+
+
+def test_a_variant_may_set_task_and_scheduler_options(tmp_path):
+    """The check parses a variant after the recipe, as fairseq-train will: the task's and the lr
+    scheduler's options are known (the variant fairseq-habits sets both)."""
+    from fairseq_monoattn.cli.common import Parser, check_train_options
+
+    parser = Parser(prog="test")
+    check_train_options(parser, "gru_monoattn", "habits", ["--train-batches", "sorted", "--lr-patience", "3"])
+    with pytest.raises(SystemExit):
+        check_train_options(parser, "gru_monoattn", "typo", ["--train-batch", "sorted"])
 
 
 def test_the_commands_agree_on_names_and_show_their_defaults(tmp_path):

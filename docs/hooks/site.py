@@ -4,6 +4,7 @@ it, so that every link of both (and of the pages in docs/) is checked when the s
 Links are written for reading the files where they lie (on a forge, in an editor): README.md and
 RESULTS.md link to ``docs/X.md``, the pages in docs/ to ``../RESULTS.md``.  The hook rewrites them
 to the site's layout, nothing else."""
+
 import re
 from pathlib import Path
 
@@ -23,9 +24,9 @@ def on_files(files, config):
 def _at_root(target: str) -> str:
     """A link from README.md or RESULTS.md, as the site sees it."""
     if target.startswith("docs/"):
-        return target[len("docs/"):]
+        return target[len("docs/") :]
     if target.split("#")[0] == "README.md":
-        return "index.md" + target[len("README.md"):]
+        return "index.md" + target[len("README.md") :]
     return target
 
 
@@ -34,7 +35,7 @@ def _in_docs(target: str, depth: int) -> str:
     up = "../" * (depth + 1)
     for name, uri in PAGES.items():
         if target.startswith(up + name):
-            return "../" * depth + uri + target[len(up + name):]
+            return "../" * depth + uri + target[len(up + name) :]
     return target
 
 

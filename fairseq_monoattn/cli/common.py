@@ -101,6 +101,15 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """What every command that trains takes: seeds, budget, folders, jobs, a user's package."""
+    add_seeds(parser)
+    add_budget(parser)
+    add_places(parser)
+    add_jobs(parser)
+    add_user_dir(parser)
+
+
 def add_user_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--user-dir",
@@ -193,18 +202,23 @@ def check_archs(parser: argparse.ArgumentParser, archs: Iterable[str], user_dir:
         parser.error(f"--arch: unknown architecture {', '.join(map(repr, unknown))}; this plugin's: {', '.join(mine)}")
 
 
-def check_train_options(parser: argparse.ArgumentParser, arch: str, name: str, options: Sequence[str]) -> None:
-    """A variant's options must parse as fairseq-train options of ``arch`` (an unknown option, a
-    value of the wrong type or out of range is named here, not after data preparation)."""
+def check_train_options(
+    parser: argparse.ArgumentParser, arch: str, name: str, options: Sequence[str], recipe: str = "paper"
+) -> None:
+    """A variant's options must parse as fairseq-train options of ``arch`` after the recipe's (an
+    unknown option, a value of the wrong type or out of range is named here, not after data
+    preparation)."""
     from fairseq import options as fairseq_options
 
     from ..models.options import OptionError, check_options, explicit_options
+    from ..recipes import recipe_options
 
     stderr = io.StringIO()
     try:
         with redirect_stderr(stderr):
             fairseq_options.parse_args_and_arch(
-                fairseq_options.get_training_parser(), input_args=["DATA", "--arch", arch, *options]
+                fairseq_options.get_training_parser(),
+                input_args=["DATA", "--arch", arch, *recipe_options(recipe), *options],
             )
     except SystemExit:
         lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
@@ -228,3 +242,16 @@ def variants_from(parser: argparse.ArgumentParser, texts: Optional[List[str]]) -
             parser.error(f"--variant {name}: given twice")
         variants[name] = options
     return variants
+
+
+def check_run_inputs(
+    parser: argparse.ArgumentParser, task: str, archs: Sequence[str], variants: dict, user_dir: Optional[Path]
+) -> None:
+    """Everything a training command is given, checked before anything is created: the task, the
+    user's package, the presets, and every variant's options for every preset."""
+    check_tasks(parser, [task])
+    check_user_dir(parser, user_dir)
+    check_archs(parser, archs, user_dir)
+    for arch in archs:
+        for name, options in variants.items():
+            check_train_options(parser, arch, name, options)

@@ -5,21 +5,7 @@ then a summary per variant.  Runs with a record are not trained again."""
 import sys
 from typing import List, Optional
 
-from .common import (
-    Parser,
-    add_arch,
-    add_budget,
-    add_jobs,
-    add_places,
-    add_seeds,
-    add_user_dir,
-    add_variants,
-    check_archs,
-    check_tasks,
-    check_train_options,
-    check_user_dir,
-    variants_from,
-)
+from .common import Parser, add_arch, add_run_options, add_variants, check_run_inputs, variants_from
 
 
 def build_parser() -> Parser:
@@ -27,25 +13,17 @@ def build_parser() -> Parser:
     parser.add_argument("task", help="a task (fairseq-monoattn-prepare --help lists them)")
     add_arch(parser, several=False, help="the preset to train")
     add_variants(parser, several=True)
-    add_seeds(parser)
-    add_budget(parser)
-    add_places(parser)
-    add_jobs(parser)
-    add_user_dir(parser)
+    add_run_options(parser)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_tasks(parser, [args.task])
     variants = variants_from(parser, args.variant)
     if len(variants) < 2:
         parser.error("give at least two --variant with different names")
-    check_user_dir(parser, args.user_dir)
-    check_archs(parser, [args.arch], args.user_dir)
-    for name, options in variants.items():
-        check_train_options(parser, args.arch, name, options)
+    check_run_inputs(parser, args.task, [args.arch], variants, args.user_dir)
     from ..experiments.compare import compare
     from ..experiments.launch import summarize_outcome
 

@@ -5,48 +5,26 @@ A run with a record is skipped; an interrupted run resumes from its last checkpo
 import sys
 from typing import List, Optional
 
-from .common import (
-    Parser,
-    add_arch,
-    add_budget,
-    add_jobs,
-    add_places,
-    add_seeds,
-    add_user_dir,
-    add_variants,
-    check_archs,
-    check_tasks,
-    check_train_options,
-    check_user_dir,
-    variants_from,
-)
+from .common import Parser, add_arch, add_run_options, add_variants, check_run_inputs, variants_from
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="fairseq-monoattn-run", description=__doc__)
     parser.add_argument("task", help="a task (fairseq-monoattn-prepare --help lists them)")
     add_arch(parser)
-    add_seeds(parser)
-    add_budget(parser)
     add_variants(parser, several=False)
-    add_places(parser)
-    add_jobs(parser)
-    add_user_dir(parser)
+    add_run_options(parser)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_tasks(parser, [args.task])
     from ..experiments.runs import DEFAULT_VARIANT, RunSpec
 
-    variants = variants_from(parser, [args.variant] if args.variant else [])
-    name, options = next(iter(variants.items()), (DEFAULT_VARIANT, ()))
-    check_user_dir(parser, args.user_dir)
-    check_archs(parser, args.arch, args.user_dir)
-    for arch in args.arch:
-        check_train_options(parser, arch, name, options)
+    variants = variants_from(parser, [args.variant] if args.variant else []) or {DEFAULT_VARIANT: ()}
+    check_run_inputs(parser, args.task, args.arch, variants, args.user_dir)
+    name, options = next(iter(variants.items()))
     from ..experiments.aggregate import render
     from ..experiments.launch import run_local, summarize_outcome
     from ..experiments.runs import read_records

@@ -32,6 +32,13 @@ def build_parser() -> Parser:
         metavar="N",
         help="output length limit (default: 2 x the split's longest target + 10)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("float64", "float32"),
+        default="float64",
+        help="the model's float type while decoding: float64 makes every output independent of the "
+        "batch it is decoded in; float32 decodes as the model trains",
+    )
     parser.add_argument("--predictions", action="store_true", help="also write OUT's stem + .<split>.txt hypotheses")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     add_user_dir(parser)
@@ -57,6 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             args.predictions,
             args.force,
             user_dir=args.user_dir,
+            precision=args.precision,
         )
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)

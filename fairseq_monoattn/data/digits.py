@@ -15,10 +15,10 @@ the target length; for dedupe it is the number of groups.
 """
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
 
+from ..catalog import DIGIT_SPLIT_PLANS, SplitPlan
 from .common import DataError, Example, Splits, TaskBuilder
 
 DIGITS = tuple(str(d) for d in range(10))
@@ -29,28 +29,7 @@ Rule = Callable[[Tokens], Tuple[Tokens, Tokens]]
 Draw = Callable[[random.Random, int], Tokens]
 
 
-@dataclass(frozen=True)
-class SplitPlan:
-    name: str
-    size: int
-    min_length: int
-    max_length: int
-
-
-SPLIT_PLANS = (
-    SplitPlan("train", 10_000, 5, 10),
-    SplitPlan("valid", 2_000, 10, 15),
-    SplitPlan("test15", 2_000, 15, 15),
-    SplitPlan("test30", 2_000, 30, 30),
-    SplitPlan("test100", 2_000, 100, 100),
-    SplitPlan("test_iid", 2_000, 5, 10),
-    # more points of the accuracy-against-length curve (not in the paper; smaller, each split
-    # drawn from its own generator, so the paper's splits above are unchanged by them)
-    SplitPlan("test10", 500, 10, 10),
-    SplitPlan("test20", 500, 20, 20),
-    SplitPlan("test50", 500, 50, 50),
-    SplitPlan("test200", 500, 200, 200),
-)
+SPLIT_PLANS = DIGIT_SPLIT_PLANS
 
 
 # --- the rules --------------------------------------------------------------------------

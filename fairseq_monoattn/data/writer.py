@@ -67,6 +67,13 @@ def check_out_folder(out: Path, force: bool) -> None:
         raise DataError("--out exists and is not a folder", out)
     if out.is_dir() and any(out.iterdir()) and not force:
         raise DataError("--out exists and is not empty; pass --force to replace it", out)
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DataError(f"cannot write here: {parent} is not a folder", out)
+    if not os.access(parent, os.W_OK):
+        raise DataError(f"cannot write here: {parent} is not writable", out)
 
 
 # --- dictionaries -----------------------------------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .processes import die_with_parent
-from .runs import BUSY_EXIT, PLUGIN_DIR, RunBusy, RunSpec, read_record, run, run_seconds, spec_from_dict
+from .runs import BUSY_EXIT, PLUGIN_DIR, RecordError, RunBusy, RunSpec, read_record, run, run_seconds, spec_from_dict
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -101,19 +101,23 @@ def run_local(
 ) -> Dict[str, str]:
     """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
     error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
-    pending, past = [], []
+    pending, past, unreadable = [], [], {}
     for spec in specs:  # a run with a record is done, and its recorded time feeds the estimate
         path = spec.record_path(results)
-        if path.exists():
-            past.append(run_seconds(read_record(path)))  # RecordError names a damaged record
-        else:
+        if not path.exists():
             pending.append(spec)
+            continue
+        try:
+            past.append(run_seconds(read_record(path)))
+        except RecordError as error:  # never trained over: the file is the user's to look at
+            unreadable[spec.key] = f"failed: its record cannot be read ({error})"
     progress = Progress(len(specs), len(past), log, past=past)
     log(progress.line(jobs))
     shares = cpu_shares(jobs, cpus)
     free = list(range(jobs))
     free_lock, record_lock = threading.Lock(), threading.Lock()
     outcome: Dict[str, str] = {s.key: "ok" for s in specs if s not in pending}
+    outcome.update(unreadable)
 
     def one(spec: RunSpec) -> str:
         with free_lock:

@@ -118,7 +118,7 @@ def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) ->
                 prepare(spec.task, folder, seed=spec.data_seed, data_dir=data_dir, joined_dictionary=True)
             except DataError as error:  # e.g. CFQ without --data-dir: the builder names what it needs
                 raise RunError(f"{spec.task}: cannot prepare {folder}: {error}") from None
-        manifest = json.loads(manifest_file.read_text())
+        manifest = read_json(manifest_file, "the data's manifest")
     if manifest["task"] != spec.task or manifest["seed"] != spec.data_seed:
         raise RunError(
             f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "
@@ -128,7 +128,7 @@ def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) ->
 
 
 def test_splits(data: Path) -> List[str]:
-    manifest = json.loads((data / "manifest.json").read_text())
+    manifest = read_json(data / "manifest.json", "the data's manifest")
     return [split for split in manifest["splits"] if split.startswith("test")]
 
 
@@ -244,7 +244,7 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
     if last_checkpoint.exists() and not scores_file.exists():
         check_checkpoint_matches(last_checkpoint, command)
     timing_file = run_dir / "timing.json"
-    timing = json.loads(timing_file.read_text()) if timing_file.exists() else {"training_seconds": 0.0}
+    timing = read_json(timing_file, "the run's timing") if timing_file.exists() else {"training_seconds": 0.0}
     if not scores_file.exists():
         log(f"[{spec.key}] training")
         with open(run_dir / "stdout.log", "a") as out:
@@ -384,7 +384,8 @@ def outdated_records(records: List[dict]) -> List[Tuple[dict, Dict[str, tuple]]]
 
 
 def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
-    scores = json.loads((run_dir / "scores.json").read_text())["splits"]
+    scored = read_json(run_dir / "scores.json", "the run's scores")
+    scores = scored["splits"]
     history = valid_history(run_dir / "train.log")
     best = max(history, key=lambda h: (h.get("accuracy", float("-inf")), h["epoch"])) if history else {}
     # per split, the mean of a per-example statistic the scorer kept (None where the model has none)
@@ -414,6 +415,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "stopped_early": stop_reason(run_dir / "train.log"),
         "training_seconds": round(timing.get("training_seconds", 0.0), 1),
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
+        "scoring_precision": scored.get("precision", "float32"),  # float32: scored before float64 was the default
         "training_threads": timing.get("threads"),  # None: a run from before the count was kept
         # a scores.json written before the cut-short counts existed (run scored, then killed before its record)
         # gives a record without them, as records of that time have
@@ -431,7 +433,14 @@ def trained_model_config(checkpoint: Path) -> dict:
     defaults of the day included), and the task options that change training."""
     import torch
 
-    return _model_and_task(torch.load(checkpoint, map_location="cpu", weights_only=True)["cfg"])
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        return _model_and_task(state["cfg"])
+    except Exception as error:  # torch's unpickler raises many kinds for a damaged file
+        raise RunError(
+            f"{checkpoint}: cannot read its configuration ({type(error).__name__}: "
+            f"{str(error).strip()[:200]}); delete the file to start that run again"
+        ) from None
 
 
 def planned_model_config(command: List[str]) -> dict:
@@ -518,6 +527,17 @@ def run_seconds(record: dict) -> float:
 
 # the keys every record has, and their types (the others are read with defaults)
 RECORD_KEYS = {"task": str, "arch": str, "variant": str, "seed": int, "splits": dict}
+
+
+def read_json(path: Path, what: str):
+    """A JSON file a run keeps (manifest, scores, timing); RecordError names it and what is wrong."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except OSError as error:
+        raise RecordError(f"{path}: cannot read {what}: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RecordError(f"{path}: {what} is not valid JSON ({error}); delete it to redo that step") from None
 
 
 def read_record(path: Path) -> dict:

@@ -234,10 +234,27 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
 # --- the command line ---------------------------------------------------------------------------
 
 
+def _checked(convert: Callable[[str], Any], f: dataclasses.Field) -> Callable[[str], Any]:
+    """``convert``, refusing a value the option's check rejects (argparse names the option)."""
+    check = f.metadata.get("check")
+    if check is None:
+        return convert
+
+    def converter(text: str):
+        value = convert(text)
+        if not check(value):
+            raise argparse.ArgumentTypeError(f"must be {f.metadata['requirement']}, got {text}")
+        return value
+
+    converter.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its messages
+    return converter
+
+
 def add_option_arguments(parser: argparse.ArgumentParser, eval_bool: Callable[[str], Any]) -> None:
     """Every option as a command-line argument without a default (so that a preset can set it).
     Booleans take a value (``--direction-gate False``) so that a preset's True can be switched
-    off; a choice lists the names registered when the parser is made."""
+    off; a choice lists the names registered when the parser is made; a value out of range is
+    refused by the parser, naming the option."""
     for name, f in option_fields().items():
         flag = "--" + name.replace("_", "-")
         help_text = f.metadata.get("help", "")
@@ -251,7 +268,7 @@ def add_option_arguments(parser: argparse.ArgumentParser, eval_bool: Callable[[s
             parser.add_argument(flag, choices=choices, help=help_text)
         else:
             inner = getattr(kind, "__args__", (kind,))[0]  # Optional[int] -> int
-            parser.add_argument(flag, type=inner, metavar="N" if inner is int else "F", help=help_text)
+            parser.add_argument(flag, type=_checked(inner, f), metavar="N" if inner is int else "F", help=help_text)
 
 
 def parse_bool(text: str) -> bool:

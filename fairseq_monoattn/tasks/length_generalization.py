@@ -76,6 +76,7 @@ class LengthGeneralizationConfig(TranslationConfig):
     eval_accuracy_print_samples: bool = field(
         default=False, metadata={"help": "log a few hypothesis/target pairs at each validation"}
     )
+    valid_subset: str = II("dataset.valid_subset")
     best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
     maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
 
@@ -213,6 +214,26 @@ class LengthGeneralizationTask(TranslationTask):
             buffer_size=data_buffer_size,
             persistent_workers=False,
         )
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        """fairseq's loader, after checking that both sides of the split are there: a training or
+        validation split without its target side would otherwise train a whole epoch and then
+        fail in the criterion."""
+        data = Path(utils.split_paths(self.cfg.data)[0])
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        needs_target = split == self.cfg.train_subset or split in str(self.cfg.valid_subset).split(",")
+        sides = (src, tgt) if needs_target else (src,)
+        for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+            present = [lang for lang in sides if (data / f"{split}.{pair}.{lang}.idx").is_file()]
+            if present:
+                break
+        missing = [lang for lang in sides if lang not in present]
+        if present and missing:
+            raise FileNotFoundError(
+                f"{data / f'{split}.{pair}.{missing[0]}.idx'}: split {split!r} has no {missing[0]} side "
+                f"(its {present[0]} side is there); training and validation need both"
+            )
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
 
     # --- the dictionaries travel with the checkpoint ------------------------------------------
 
