@@ -1,9 +1,19 @@
-"""Shared test setup: each prepared data set made once."""
+"""Shared test setup: one thread for every computation the tests start, each prepared data set
+made once."""
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
+
+# Every training a test starts, in this process or as a command, runs on one thread: on a small
+# machine shared with other work, two-thread runs spin against each other, and one thread is
+# how the sweeps train too.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 @dataclass

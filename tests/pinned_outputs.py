@@ -61,6 +61,16 @@ EXTRA = [
         },
     ),
     (
+        "release-conventions",
+        "gru_mix_locattn_s",
+        {
+            "decoder_start": "bos",
+            "attention_query_bias": False,
+            "value_path": "two",
+            "location_normalization": "sum-per-column",
+        },
+    ),
+    (
         "wider-decoder",
         "gru_content",
         {

@@ -140,6 +140,7 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
             share_input_output_embed=cfg.share_decoder_input_output_embed or cfg.share_all_embeddings,
             linear_init=cfg.linear_init,
             max_positions=cfg.max_target_positions,
+            start_index=tgt_dict.bos() if cfg.decoder_start == "bos" else None,
         )
         return cls(encoder, decoder)
 
@@ -193,6 +194,8 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
         location_projection=cfg.location_projection,
         linear_init=cfg.linear_init,
         location_head_init=cfg.location_head_init,
+        query_bias=cfg.attention_query_bias,
+        value_path=cfg.value_path,
     )
 
 
@@ -309,6 +312,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         share_input_output_embed: bool = True,
         linear_init: str = "pytorch",
         max_positions: int = 1024,
+        start_index: Optional[int] = None,
     ):
         """encoder_summary_dim: size of e_cls (h_0 is e_cls, through a projection when the sizes
         differ; default: hidden_size); dropout: on the decoder outputs; share_input_output_embed:
@@ -339,6 +343,8 @@ class GRUDecoder(FairseqIncrementalDecoder):
             nn.init.xavier_uniform_(self.out_proj.weight)
         self.need_attn = False  # fairseq-generate --print-alignment switches it on
         self._max_positions = max_positions
+        # the first step's input: fairseq's </s> (None), or another row (the release's <sos>: <s>)
+        self.start_index = start_index
 
     # -- state -------------------------------------------------------------------------
     def initial_hidden(self, summary) -> torch.Tensor:
@@ -381,6 +387,14 @@ class GRUDecoder(FairseqIncrementalDecoder):
             memory, state = self._start_state(encoder_out)
         hidden = list(state["hidden"].unbind(0))
         position = state.get("position")
+        if self.start_index is not None and first_step == 1:  # y_0 = <s> instead of fairseq's </s>
+            prev_output_tokens = torch.cat(
+                [
+                    prev_output_tokens.new_full((prev_output_tokens.size(0), 1), self.start_index),
+                    prev_output_tokens[:, 1:],
+                ],
+                dim=1,
+            )
         embedded = self.embed_tokens(prev_output_tokens).transpose(0, 1).unbind(0)  # one (B, E) per step
         outputs, weights = [], []
         for j, embedding in enumerate(embedded):

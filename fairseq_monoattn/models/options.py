@@ -17,10 +17,11 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from .. import modules  # noqa: F401  (registers the plugin's own attention entries)
 from ..limits import NO_LENGTH_LIMIT
-from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES
+from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, VALUE_PATHS
 from ..registry import ENTRY_OPTIONS, REGISTRIES, RESERVED_OPTIONS, entry_options_read
 
 EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
+DECODER_STARTS = ("eos", "bos")
 BOUNDARY_INITS = ("normal", "zeros")
 
 
@@ -97,6 +98,12 @@ class GRUSeq2SeqOptions:
         choices=LINEAR_INITS,
     )
     source_eos: bool = option(True, "keep fairseq's source </s> as an encoder position between the tokens and END")
+    decoder_start: str = option(
+        "eos",
+        "the decoder's first input: eos, fairseq's </s> (the row that also scores EOS when the output is tied to the "
+        "embeddings), or bos, <s>, a row of its own as the authors' release's <sos>",
+        choices=DECODER_STARTS,
+    )
     # cross-attention
     attention_scoring: str = option(
         "content", "query-key scores (none: location attention alone)", registry="attention_scoring"
@@ -130,6 +137,15 @@ class GRUSeq2SeqOptions:
     sigma_min: float = option(0.27, "minimum width of the location focus", check=positive, requirement="> 0")
     clamp_slope: float = option(0.01, "leaky slope of the centre clamp", check=non_negative, requirement=">= 0")
     mix_temperature: float = option(5.0, "beta in the content/location mix")
+    attention_query_bias: bool = option(
+        True, "the content query q = W_q h + b_q has a trainable bias (False: none, as the authors' release)"
+    )
+    value_path: str = option(
+        "folded",
+        "after LeakyReLU(W_1 e): one matrix (folded: W_o W_v multiplied out) or W_v then W_o as the authors' "
+        "release (two: the same function, trained differently)",
+        choices=VALUE_PATHS,
+    )
     direction_temperature: float = option(5.0, "beta in the direction gate")
     max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length", check=positive, requirement="> 0")
     max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length", check=positive, requirement="> 0")
@@ -219,6 +235,8 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
     unused.update(set(ENTRY_OPTIONS) - entry_options_read(chosen))
     if not mixes:
         unused.update(("mix_temperature", "position_reference"))
+    if cfg["attention_scoring"] == "none":
+        unused.add("attention_query_bias")
     if not cfg["clamp_center"]:
         unused.add("clamp_slope")
     # "joint" and "per-head" differ only for xavier and more than the step vector (a reference

@@ -45,6 +45,9 @@ LINEAR_INITS = ("pytorch", "xavier")
 #             (d, k) tensor, fan in d*k and out k, so bound sqrt(6 / (k (d + 1))); the width
 #             vector stays on its own.  Equal to "per-head" when the step is the only one (k = 1).
 LOCATION_HEAD_INITS = ("per-head", "joint")
+# the value path after LeakyReLU(W_1 e): "folded", one matrix (W_o W_v multiplied out), or "two",
+# W_v then W_o as the authors' release has them (the same function, trained differently)
+VALUE_PATHS = ("folded", "two")
 
 Memory = Dict[str, torch.Tensor]
 
@@ -63,6 +66,8 @@ class CrossAttention(nn.Module):
         location_projection: bool = False,
         linear_init: str = "pytorch",
         location_head_init: str = "per-head",
+        query_bias: bool = True,
+        value_path: str = "folded",
     ):
         """
         encoder_dim, query_dim: sizes of the encodings e_i and of the query state h_{t-1};
@@ -73,7 +78,10 @@ class CrossAttention(nn.Module):
         position_reference: pa_t from the "mixed" attention or the "location"-only focus (PR);
         mix_temperature: beta in m_t = sigmoid(beta f_mix(h));
         location_projection: read the location heads off l_t = f_l(h) instead of h;
-        linear_init, location_head_init: see the module's docstring.
+        linear_init, location_head_init: see the module's docstring;
+        query_bias: the content query q_t = W_q h + b_q has a trainable bias (False: b_q stays 0, as
+        the release's query projection has none);
+        value_path: see VALUE_PATHS.
         """
         super().__init__()
         if scorer is None and location is None:
@@ -81,6 +89,7 @@ class CrossAttention(nn.Module):
         check_choice("position-reference", position_reference, POSITION_REFERENCES)
         check_choice("linear-init", linear_init, LINEAR_INITS)
         check_choice("location-head-init", location_head_init, LOCATION_HEAD_INITS)
+        check_choice("value-path", value_path, VALUE_PATHS)
         attention_dim = attention_dim or query_dim
         xavier = linear_init == "xavier"
         self.direction_gate = direction_gate
@@ -92,6 +101,8 @@ class CrossAttention(nn.Module):
             nn.LeakyReLU(),
             nn.Linear(attention_dim, attention_dim, bias=not xavier),
         )
+        if value_path == "two":
+            self.values.append(nn.Linear(attention_dim, attention_dim, bias=False))
         self.scorer: Optional[Scorer] = None
         if scorer is not None:
             self.keys = nn.Linear(encoder_dim, attention_dim, bias=not xavier)
@@ -114,12 +125,23 @@ class CrossAttention(nn.Module):
         self.readout = nn.Linear(query_dim, sum(self.readout_sizes))
         if xavier:
             self.xavier_init(joint_heads=location_head_init == "joint")
+        if not query_bias and self.scorer is not None:
+            self.freeze_query_bias()
+
+    def freeze_query_bias(self):
+        """b_q = 0 for good: its entries of the readout's bias start at zero and get no gradient."""
+        with torch.no_grad():
+            self.readout_parts(self.readout.bias)[0].zero_()
+        mask = torch.ones_like(self.readout.bias)
+        mask[: self.readout_sizes[0]] = 0
+        self.readout.bias.register_hook(lambda grad: grad * mask.to(grad))
 
     def xavier_init(self, joint_heads: bool):
         """Xavier-uniform weights of each part's own shape; the biases the release has none
         of (keys, query, value output, location heads) are absent or start at zero."""
         nn.init.xavier_uniform_(self.values[0].weight)
-        nn.init.xavier_uniform_(self.values[2].weight)
+        for layer in list(self.values)[2:]:
+            nn.init.xavier_uniform_(layer.weight)
         if self.scorer is not None:
             nn.init.xavier_uniform_(self.keys.weight)
         query, features, mix = self.readout_parts(self.readout.weight)

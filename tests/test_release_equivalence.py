@@ -1,0 +1,108 @@
+"""The presets compute the authors' function: each fixture under tests/fixtures/release/ holds a
+release model's initial weights and what it computed on one batch (sources of 5, 10, 15 and 40
+digits, teacher forced, float64; PROVENANCE.md there).  Converted onto its preset with
+fairseq_monoattn.release, the plugin gives the same log-probabilities, attention weights and
+direction gate."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fairseq_monoattn.release import RELEASE_CONVENTIONS, ReleaseConversionError, convert
+from model_helpers import batch, build, digit_dictionary
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "release"
+NAMES = sorted(path.stem for path in FIXTURES.glob("*.pt"))
+D = digit_dictionary()
+SYMBOLS = list(D.symbols)
+
+
+def load(name):
+    return torch.load(FIXTURES / f"{name}.pt", weights_only=True)
+
+
+def converted_model(fixture, value_path="two"):
+    converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS,
+                        value_path=value_path)  # fmt: skip
+    model = build(converted.arch, D, **converted.options).double().eval()
+    model.load_state_dict({k: v.double() for k, v in converted.state_dict.items()})
+    return model
+
+
+def plugin_outputs(model, fixture):
+    """(log-probs in the release's vocabulary order (N, T, V), attention (N, T, positions), extra)."""
+    sources = [tokens for tokens in fixture["src_tokens"]]
+    targets = [tokens[:-1] for tokens in fixture["trg_tokens"]]  # batch() adds the </s>
+    sample = batch(D, sources, targets)
+    logits, extra = model(**sample["net_input"])
+    lprobs = torch.log_softmax(logits, dim=-1)  # in float64 (fairseq's get_normalized_probs is float32)
+    columns = torch.tensor([D.index({"<sos>": "<s>", "<eos>": "</s>"}.get(t, t)) for t in fixture["vocab"]])
+    return lprobs[..., columns], extra["attention"], extra
+
+
+def test_there_is_a_fixture_for_every_release_model_with_a_preset():
+    assert len(NAMES) == 17 and "release_mix_onestep" in NAMES and "gru_birope" in NAMES
+
+
+@pytest.mark.parametrize("value_path", ["two", "folded"])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_converted_preset_computes_the_release_function(name, value_path):
+    fixture = load(name)
+    model = converted_model(fixture, value_path)
+    lprobs, attention, extra = plugin_outputs(model, fixture)
+    mask = fixture["trg_mask"].bool()
+    steps = mask.size(1)
+    # within float32 rounding: the release's sinusoid tables (Relative, Bi-ROPE) are float32 values
+    assert torch.allclose(lprobs[:, :steps][mask], fixture["log_probs"][mask], atol=1e-6, rtol=0), name
+    for i, source in enumerate(fixture["src_tokens"]):
+        real = int(mask[i].sum())
+        width = len(source) + 2  # START, the tokens, END
+        got, want = attention[i, :real, :width], fixture["attention"][i, :real, :width]
+        assert torch.allclose(got, want, atol=1e-6, rtol=0), (name, i)
+        assert want[:, width:].abs().sum() == 0 if want.size(1) > width else True
+    if "direction_gate" in fixture:
+        assert torch.allclose(extra["direction"], fixture["direction_gate"], atol=1e-9), name
+
+
+def test_with_fairseqs_conventions_the_functions_differ():
+    """The decoder's first input matters: </s> first (fairseq's habit, the presets' default) moves
+    the log-probabilities by a lot at these weights; so the test above can fail."""
+    fixture = load("gru_onestep")
+    model = converted_model(fixture)
+    model.decoder.start_index = None  # fairseq's </s>
+    lprobs, _, _ = plugin_outputs(model, fixture)
+    mask = fixture["trg_mask"].bool()
+    assert (lprobs[mask] - fixture["log_probs"][mask]).abs().max() > 0.05
+
+
+def test_the_release_mix_models_that_never_mix_convert_to_the_unmixed_presets():
+    for name, preset in (("release_mix_onestep", "gru_onestep"), ("release_mix_monoattn", "gru_monoattn")):
+        fixture = load(name)
+        converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+        assert converted.arch == preset
+        assert not any("mix" in key for key in converted.state_dict)
+
+
+def test_a_state_dict_that_cannot_be_mapped_is_refused():
+    fixture = load("gru_onestep")
+    with pytest.raises(ReleaseConversionError, match="unknown release model 'BiGRU_Nope'"):
+        convert(fixture["state_dict"], "BiGRU_Nope", fixture["vocab"], SYMBOLS, SYMBOLS)
+    with pytest.raises(ReleaseConversionError, match="not in the release: x"):
+        convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS + ["x"], SYMBOLS)
+    broken = {k: v for k, v in fixture["state_dict"].items() if "decodercell.weight_hh" not in k}
+    with pytest.raises(ReleaseConversionError, match="no decodercell.weight_hh"):
+        convert(broken, fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+    wrong = dict(fixture["state_dict"])
+    wrong["encoder_decoder.embed_layer.weight"] = wrong["encoder_decoder.embed_layer.weight"][:-1]
+    with pytest.raises(ReleaseConversionError, match="rows"):
+        convert(wrong, fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+
+
+def test_the_conventions_are_options_with_fairseqs_habits_as_defaults():
+    from fairseq_monoattn.models.options import option_defaults
+
+    defaults = option_defaults()
+    assert RELEASE_CONVENTIONS["decoder_start"] != defaults["decoder_start"] == "eos"
+    assert RELEASE_CONVENTIONS["attention_query_bias"] is not defaults["attention_query_bias"]
+    assert defaults["value_path"] == "folded" and defaults["location_normalization"] == "softmax"
