@@ -285,9 +285,14 @@ def test_random_batches_leave_no_data_loading_process_behind(mixed_copy):
         assert set(multiprocessing.active_children()) - before == set(), f"after epoch {epoch}"
 
 
+def test_random_batches_are_the_tasks_default(mixed_copy):
+    default, _ = train_batches(mixed_copy, [], epoch=1)
+    assert default == train_batches(mixed_copy, ["--train-batches", "random"], epoch=1)[0]
+
+
 def test_fairseq_batches_keep_their_contents_across_epochs(mixed_copy):
-    first, sizes = train_batches(mixed_copy, [], epoch=1)
-    second, _ = train_batches(mixed_copy, [], epoch=2)
+    first, sizes = train_batches(mixed_copy, ["--train-batches", "sorted"], epoch=1)
+    second, _ = train_batches(mixed_copy, ["--train-batches", "sorted"], epoch=2)
     assert {frozenset(b) for b in first} == {frozenset(b) for b in second}
     assert max(max(sizes[b]) - min(sizes[b]) for b in first) <= 2  # about 27 examples a length: 2 or 3 lengths a batch
 
@@ -423,3 +428,33 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
     for arch, name in (("gru_onestep", "step_temperature"), ("gru_mix_onestep", "mix_temperature")):
         assert name not in unused_options(PRESETS[arch])
         assert not torch.equal(outputs(arch)[1], outputs(arch, **{name: 0.5})[1]), (arch, name)
+
+
+def test_training_the_way_known_to_break_the_presets_warns_once_naming_the_options(mixed_copy, caplog):
+    import logging
+
+    from fairseq_monoattn.tasks.length_generalization import WARNED
+
+    WARNED.clear()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            args = options.parse_args_and_arch(
+                options.get_training_parser(),
+                [str(mixed_copy), "--arch", "gru_monoattn", "--task", "length_generalization", "--train-batches",
+                 "sorted", "--batch-size", "8", "--user-dir", USER_DIR],
+            )  # fmt: skip
+            cfg = convert_namespace_to_omegaconf(args)
+            tasks.setup_task(cfg.task).build_model(cfg.model)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("add --train-batches random" in w for w in warnings) == 1
+    assert sum("add --eval-accuracy --best-checkpoint-metric accuracy" in w for w in warnings) == 1
+    caplog.clear()
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [str(mixed_copy), "--arch", "gru_monoattn", "--task", "length_generalization", "--batch-size", "8",
+         "--eval-accuracy", "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+         "--user-dir", USER_DIR],
+    )  # fmt: skip
+    cfg = convert_namespace_to_omegaconf(args)
+    tasks.setup_task(cfg.task).build_model(cfg.model)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # the paper's way: silent

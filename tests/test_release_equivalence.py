@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_helpers import batch, build, digit_dictionary
 
 from fairseq_monoattn.release import RELEASE_CONVENTIONS, ReleaseConversionError, convert
-from model_helpers import batch, build, digit_dictionary
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "release"
 NAMES = sorted(path.stem for path in FIXTURES.glob("*.pt"))

@@ -127,6 +127,32 @@ def stop_after_perfect_validations(count: int) -> None:
     train_cli.should_stop_early = should_stop_early
 
 
+WARNED = set()
+
+
+def warn_about_training(task_cfg, model_cfg) -> None:
+    """Say, once, when a model is trained in a way known to break the paper's results, and which
+    options to add (docs/results/training-settings.md has the runs behind each)."""
+    name = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", "the model")
+    notes = []
+    if task_cfg.train_batches == "sorted" and getattr(model_cfg, "location_attention", False):
+        notes.append(
+            "sorted batches (--train-batches sorted) broke MonoAttn on Inv ReCopy in the paper's recipe "
+            "(median 40.9 / 0.1 / 0 at 15 / 30 / 100 after 4 epochs, against 94.2 / 66.5 / 6.7 with random "
+            "batches): add --train-batches random"
+        )
+    if task_cfg.best_checkpoint_metric == "loss":
+        notes.append(
+            "checkpoint_best.pt follows the validation loss; the paper selects by exact match, and greedy "
+            "exact match follows accuracy at long lengths best: add --eval-accuracy --best-checkpoint-metric "
+            "accuracy --maximize-best-checkpoint-metric"
+        )
+    for note in notes:
+        if (name, note) not in WARNED:
+            WARNED.add((name, note))
+            logger.warning(f"{name}: {note}")
+
+
 def longest_target(sample, pad: int) -> int:
     return int(sample["target"].ne(pad).sum(dim=1).max())
 
@@ -147,6 +173,8 @@ class LengthGeneralizationTask(TranslationTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
+        if not from_checkpoint:
+            warn_about_training(self.cfg, cfg)
         if self.cfg.eval_accuracy:
             # greedy, no minimum length (EOS may come first); max_len_b is set per batch
             self.greedy_generator = greedy_generator([model], self.target_dictionary)
@@ -188,7 +216,8 @@ class LengthGeneralizationTask(TranslationTask):
             )
         if max_sentences is None or max_tokens is not None:
             raise ValueError(
-                "--train-batches random draws --batch-size examples per batch: give --batch-size and no --max-tokens"
+                "--train-batches random (the default) draws --batch-size examples per batch: give --batch-size and "
+                "no --max-tokens, or --train-batches sorted for fairseq's batches of similar lengths"
             )
         keep = np.arange(len(dataset))
         if max_positions is not None:
