@@ -123,7 +123,7 @@ def perturb(model):
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64))
+            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator, dtype=torch.float64))
             if parameter.dim() == 0:  # Mono's gate logit, the one scalar parameter
                 parameter.fill_(0.4)  # s = sigmoid(0.4): both parts of Mono's step count
 
