@@ -205,3 +205,16 @@ def test_pr_tracks_the_location_only_focus():
     m = torch.sigmoid(5 * mix_logit)
     content = w1 - (1 - m) * loc
     assert torch.allclose(content.sum(-1), m.squeeze(-1), atol=1e-6)
+
+
+def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
+    from fairseq_monoattn.modules.gru import gru_update
+
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(6, 5).double()
+    x, h = torch.randn(3, 6, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    input_gates = torch.nn.functional.linear(x, cell.weight_ih, cell.bias_ih)
+    hidden_gates = torch.nn.functional.linear(h, cell.weight_hh, cell.bias_hh)
+    assert torch.allclose(gru_update(input_gates, hidden_gates, h), cell(x, h), atol=1e-14)
+    inputs = [t.detach().requires_grad_() for t in (input_gates, hidden_gates, h)]
+    assert torch.autograd.gradcheck(gru_update, inputs)

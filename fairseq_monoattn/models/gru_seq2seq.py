@@ -32,6 +32,7 @@ from torch import nn
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
 from ..modules.direction_gate import DirectionGate
+from ..modules.gru import gru_update
 from ..modules.location import LocationAttention
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
@@ -395,14 +396,31 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 ],
                 dim=1,
             )
-        embedded = self.embed_tokens(prev_output_tokens).transpose(0, 1).unbind(0)  # one (B, E) per step
+        embedded = self.embed_tokens(prev_output_tokens)  # (B, T, E)
+        cell = self.cells[0]
+        embed_dim = embedded.size(-1)
+        # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
+        # at once (it does not depend on the recurrence), the context's part step by step
+        input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih).unbind(1)
+        context_weight = cell.weight_ih[:, embed_dim:]
+        # what reads h_{t-1}: the attention's readout and, with one layer, the GRU's hidden gates
+        # W_h h_{t-1} + b_h, in one matrix product
+        read_weight, read_bias, sizes = self.attention.step_readout()
+        merged = self.num_layers == 1
+        if merged:
+            read_weight, read_bias = torch.cat([read_weight, cell.weight_hh]), torch.cat([read_bias, cell.bias_hh])
         outputs, weights = [], []
-        for j, embedding in enumerate(embedded):
-            context, step_weights, position = self.attention(hidden[-1], memory, position, first_step + j)
-            x = torch.cat([embedding, context], dim=-1)
-            for layer, cell in enumerate(self.cells):
-                x = hidden[layer] = cell(x, hidden[layer])
-            outputs.append(x)
+        for j, gates in enumerate(input_gates):
+            read = F.linear(hidden[-1], read_weight, read_bias)
+            if merged:
+                read, hidden_gates = read.split([sum(sizes), cell.weight_hh.size(0)], dim=-1)
+            else:
+                hidden_gates = F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
+            context, step_weights, position = self.attention.attend(read, sizes, memory, position, first_step + j)
+            hidden[0] = gru_update(gates + F.linear(context, context_weight), hidden_gates, hidden[0])
+            for layer in range(1, self.num_layers):
+                hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])
+            outputs.append(hidden[-1])
             weights.append(step_weights)
         if incremental_state is not None:
             new_state = {"hidden": torch.stack(hidden)}

@@ -29,6 +29,7 @@ import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..registry import Scorer
@@ -200,17 +201,44 @@ class CrossAttention(nn.Module):
         """pa_0 = 0: the first reference is the START position."""
         return memory["values"].new_zeros(memory["values"].size(0))
 
+    def step_readout(self) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
+        """(weight, bias, sizes) of the one linear map a step reads off h_{t-1}: rows [query |
+        location heads | mixing logit].  With a location projection the heads' two maps are
+        multiplied out, W_h (W_l h + b_l) = (W_h W_l) h + W_h b_l: one product of the weights per
+        decoder call instead of a d x d product per step (the same function; the gradient still
+        reaches W_l and W_h through the product)."""
+        if self.location_heads is None:
+            return self.readout.weight, self.readout.bias, self.readout_sizes
+        query_w, features_w, mix_w = self.readout_parts(self.readout.weight)
+        query_b, features_b, mix_b = self.readout_parts(self.readout.bias)
+        heads = self.location_heads.weight
+        weight = torch.cat([query_w, heads @ features_w, mix_w])
+        bias = torch.cat([query_b, heads @ features_b, mix_b])
+        return weight, bias, [self.readout_sizes[0], heads.size(0), self.readout_sizes[2]]
+
     def forward(
         self, hidden: torch.Tensor, memory: Memory, previous_position: Optional[torch.Tensor], step: int
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         """hidden (B, Dq) = h_{t-1}; returns context (B, Da), weights (B, S), pa_t (B,) or None."""
+        weight, bias, sizes = self.step_readout()
+        return self.attend(F.linear(hidden, weight, bias), sizes, memory, previous_position, step)
+
+    def attend(
+        self,
+        readout: torch.Tensor,
+        sizes: List[int],
+        memory: Memory,
+        previous_position: Optional[torch.Tensor],
+        step: int,
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """One step from the readout of h_{t-1} (``step_readout``'s map, computed by the caller,
+        who may share its matrix product with other maps of h)."""
         mask = memory["padding_mask"]
-        query, features, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)
+        query, head_logits, mix_logit = readout.split(sizes, dim=-1)
         content = location = None
         if self.scorer is not None:
             content = self.scorer(query, memory, step).masked_fill(mask, float("-inf")).softmax(dim=-1)
         if self.location is not None:
-            head_logits = features if self.location_heads is None else self.location_heads(features)
             location, _ = self.location(head_logits, previous_position, memory, mask, step)
         if content is None:
             weights = location
