@@ -131,3 +131,43 @@ def test_mono_gate_saturates_at_the_release_initialisation():
         grads[init] = model.decoder.attention.location.step.gate_logit.grad.item()
     assert torch.sigmoid(torch.tensor(20.0)).item() == 1.0
     assert grads[20.0] == 0.0 and grads[0.0] != 0.0
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_the_greedy_decoder_gives_fairseqs_greedy_outputs(arch):
+    """metrics.GreedyDecoder (validation and scoring) against fairseq's SequenceGenerator with
+    beam 1 and no minimum length: the same tokens for every example, including outputs that end
+    early, run to the length limit (</s> forced) or finish at different steps."""
+    from fairseq_monoattn.metrics import GreedyDecoder, greedy_generator, greedy_hypotheses
+
+    g = torch.Generator().manual_seed(1)
+    sample = batch(D, random_digits(g, 12, 1, 30))
+
+    def check(model, max_len_a, max_len_b):
+        ours = greedy_generator([model], D, max_len_a, max_len_b)
+        assert isinstance(ours, GreedyDecoder)
+        fairseq_generator = SequenceGenerator([model], D, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b,
+                                              min_len=0)  # fmt: skip
+        expected = [h[0]["tokens"].tolist() for h in fairseq_generator.generate([model], sample)]
+        assert greedy_hypotheses(ours, [model], sample) == expected, (arch, max_len_a, max_len_b)
+        return len({len(h) for h in expected})
+
+    model = build(arch, D, seed=8)
+    for max_len_a, max_len_b in ((0, 3), (1.5, 2)):
+        check(model, max_len_a, max_len_b)
+    # an untrained model rarely stops: push </s> up, as built and with its weights moved, so that
+    # sentences end at different steps (and the finished ones leave the batch)
+    lengths = 0
+    noise = torch.Generator().manual_seed(2)
+    for moved, biases in ((False, (0.2, 0.4, 0.6, 0.8)), (True, (0.0, 0.5, 1.0, 2.0, 3.0))):
+        with torch.no_grad():
+            for parameter in model.parameters() if moved else ():
+                parameter.add_(0.5 * torch.randn(parameter.shape, generator=noise))
+            base = model.decoder.out_bias[D.eos()].item()
+        for eos_bias in biases:
+            with torch.no_grad():
+                model.decoder.out_bias[D.eos()] = base + eos_bias
+            lengths = max(lengths, check(model, 0, 40))
+            with torch.no_grad():
+                model.decoder.out_bias[D.eos()] = base
+    assert lengths >= 3

@@ -343,6 +343,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         if linear_init == "xavier":
             nn.init.xavier_uniform_(self.out_proj.weight)
         self.need_attn = False  # fairseq-generate --print-alignment switches it on
+        self.decodes_greedily = True  # metrics.GreedyDecoder may decode it (incremental state, reordering)
         self._max_positions = max_positions
         # the first step's input: fairseq's </s> (None), or another row (the release's <sos>: <s>)
         self.start_index = start_index
