@@ -20,6 +20,7 @@ setup(
             "fairseq-monoattn-score = fairseq_monoattn.cli.score:main",
             "fairseq-monoattn-plot-attention = fairseq_monoattn.cli.plot_attention:main",
             "fairseq-monoattn-user-dir = fairseq_monoattn.cli.user_dir:main",
+            "fairseq-monoattn-convert = fairseq_monoattn.cli.convert:main",
         ],
     },
     python_requires=">=3.8",

@@ -106,3 +106,58 @@ def test_the_conventions_are_options_with_fairseqs_habits_as_defaults():
     assert RELEASE_CONVENTIONS["decoder_start"] != defaults["decoder_start"] == "eos"
     assert RELEASE_CONVENTIONS["attention_query_bias"] is not defaults["attention_query_bias"]
     assert defaults["value_path"] == "folded" and defaults["location_normalization"] == "softmax"
+
+
+def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp_path):
+    """fairseq-monoattn-convert: a release state dict (as its train.py saves it) and vocabulary,
+    onto data's dictionaries; the checkpoint loads through fairseq's loader and computes the
+    release's log-probabilities; fairseq-monoattn-score runs it; an existing --out, an unknown
+    model and a vocabulary that does not fit are refused."""
+    import json
+    import subprocess
+    import sys
+
+    from fairseq_cli_helpers import write_copy_dataset
+
+    from fairseq_monoattn.scoring import load_checkpoint
+
+    fixture = load("gru_mix_locattn")
+    release = tmp_path / "0.pt"
+    torch.save({"model_state_dict": fixture["state_dict"], "epochs": 3}, release)
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({token: i for i, token in enumerate(fixture["vocab"])}))
+    data = write_copy_dataset(tmp_path / "data", {"train": (40, 3, 6), "valid": (8, 5, 6), "test": (9, 4, 8)})
+    out = tmp_path / "converted.pt"
+    bin_ = Path(sys.executable).parent
+
+    def convert_command(*extra, model="BiGRU_mixattn", to=out):
+        return subprocess.run([str(bin_ / "fairseq-monoattn-convert"), "--release-checkpoint", str(release),
+                               "--release-model", model, "--vocab", str(vocab), "--data", str(data / "bin"),
+                               "--out", str(to), *extra], capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    done = convert_command()
+    assert done.returncode == 0, done.stderr
+    assert "--arch gru_mix_locattn" in done.stdout and "--decoder-start bos" in done.stdout
+    models, task, _ = load_checkpoint(out, data / "bin", dtype=torch.float64)
+    dictionary = task.target_dictionary
+    sources = fixture["src_tokens"][:3]
+    sample = batch(dictionary, sources, [t[:-1] for t in fixture["trg_tokens"][:3]])
+    logits, _ = models[0](**sample["net_input"])
+    columns = torch.tensor([dictionary.index({"<sos>": "<s>", "<eos>": "</s>"}.get(t, t)) for t in fixture["vocab"]])
+    lprobs = torch.log_softmax(logits, dim=-1)[..., columns]
+    mask = fixture["trg_mask"][:3].bool()
+    steps = lprobs.size(1)
+    # the checkpoint holds float32 weights: the release's function within float32 rounding
+    assert torch.allclose(lprobs[mask[:, :steps]], fixture["log_probs"][:3, :steps][mask[:, :steps]], atol=2e-5)
+    scores = tmp_path / "scores.json"
+    scored = subprocess.run([str(bin_ / "fairseq-monoattn-score"), "--checkpoint", str(out), "--data",
+                             str(data / "bin"), "--splits", "test", "--out", str(scores)], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert scored.returncode == 0 and json.loads(scores.read_text())["splits"]["test"]["size"] == 9
+    again = convert_command()
+    assert again.returncode == 2 and "exists; nothing was written" in again.stderr
+    unknown = convert_command(model="BiGRU_nope", to=tmp_path / "x.pt")
+    assert unknown.returncode == 2 and "unknown 'BiGRU_nope'" in unknown.stderr
+    vocab.write_text(json.dumps({token: i for i, token in enumerate(fixture["vocab"][:-1] + ["@"])}))
+    wrong = convert_command(to=tmp_path / "y.pt")
+    assert wrong.returncode == 2 and "differ" in wrong.stderr and not (tmp_path / "y.pt").exists()
