@@ -80,7 +80,7 @@ class LocationAttention(nn.Module):
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """head_logits (B, num_heads), previous_position (B,), memory from prepare(), padding_mask
         (B, S) -> weights (B, S) over real positions, and the centre mu (B,)."""
-        heads = self.split_heads(head_logits)
+        heads = self.split_heads(head_logits.to(memory["positions"].dtype))
         mu = self.reference(heads, previous_position, step) + self.step(heads["step"]) * memory["step_size"]
         if self.clamp_slope is not None:
             mu = leaky_clamp(mu, self.clamp_slope)

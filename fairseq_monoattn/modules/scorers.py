@@ -56,7 +56,9 @@ class RelativeScores(Scorer):
         content = torch.bmm(keys, query.unsqueeze(-1)).squeeze(-1) + memory["key_bias"]
         with torch.no_grad():  # fixed sinusoids of the distances i - t (scaled), no gradient
             distances = torch.arange(keys.size(1), device=keys.device) - step
-            embeddings = sinusoid(distances, self.dim, keys.dtype) * self.scale
+            # computed in float32 at least (angles of long distances), then in the keys' type
+            precision = torch.promote_types(keys.dtype, torch.float32)
+            embeddings = (sinusoid(distances, self.dim, precision) * self.scale).to(keys.dtype)
         # <x, W_r pe> = <W_r^T x, pe>: project the query once instead of every distance.
         projected = (query + self.position_bias) @ self.position_proj.weight
         return content + projected @ embeddings.t()
