@@ -1,6 +1,6 @@
 """Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
 
-    python examples/benchmark.py [--updates 300] [--repeats 3] [--archs gru_content gru_onestep ...]
+    python examples/benchmark.py [--updates 300] [--repeats 3] [--arch gru_content gru_onestep ...] [--epoch inv_recopy gru_monoattn]
 
 Training: each model trains for a fixed number of updates on the Copy train split
 (batch 32, Adam) through ``fairseq-train`` in its own process, right after a run of the
@@ -107,6 +107,28 @@ def train_once(data_bin: Path, model_args, updates: int, interval: int):
     return statistics.median(wps[1:]), usage.ru_maxrss / 1024
 
 
+def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
+    """Seconds of each of the first ``epochs`` epochs of ``arch`` on ``task`` (data seed 1) with the
+    paper's recipe, validation (greedy decoding of the valid split) and checkpoint saving included:
+    the differences of fairseq's ``wall`` clock at the end of each epoch."""
+    from .recipes import recipe_options
+
+    data = root / f"{task}-seed1"
+    if not (data / "manifest.json").exists():
+        prepare(task, data, seed=1, joined_dictionary=True)
+    with tempfile.TemporaryDirectory() as save:
+        command = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(PLUGIN_DIR),
+                   "--arch", arch, *recipe_options("paper", max_epoch=epochs), "--seed", "1", "--save-dir", save,
+                   "--no-epoch-checkpoints", "--log-format", "json", "--no-progress-bar"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"fairseq-train failed for {arch} on {task}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    # an epoch's summary line ("train_num_updates" ...) gives fairseq's clock at its end as "train_wall"
+    walls = [float(json.loads(line[line.index("{"):])["train_wall"]) for line in (done.stdout + done.stderr).splitlines()
+             if '"train_num_updates"' in line]  # fmt: skip
+    return [b - a for a, b in zip([0.0] + walls, walls)]
+
+
 # -- decoding ----------------------------------------------------------------------------
 
 
@@ -173,7 +195,7 @@ def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, repeats=2):
 def parse_args(argv=None):
     """The benchmark's options."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="+", default=None, help="presets to measure (default: all)")
+    parser.add_argument("--arch", nargs="+", default=None, help="presets to measure (default: all)")
     parser.add_argument("--updates", type=int, default=300, help="training updates per run")
     parser.add_argument("--interval", type=int, default=50, help="fairseq log interval (updates)")
     parser.add_argument(
@@ -183,6 +205,14 @@ def parse_args(argv=None):
     parser.add_argument("--skip-decoding", action="store_true")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--decode-sentences", type=int, default=32, help="sentences decoded together")
+    parser.add_argument(
+        "--epoch",
+        nargs=2,
+        default=None,
+        metavar=("TASK", "ARCH"),
+        help="also time whole epochs (training and greedy validation) of ARCH on TASK with the paper's recipe",
+    )
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of the --epoch run (the first is reported too)")
     return parser.parse_args(argv)
 
 
@@ -249,7 +279,7 @@ def summarize(pairs):
 def main(argv=None):
     """Train and decode each preset as the module docstring says, printing a Markdown table."""
     args = parse_args(argv)
-    archs = args.archs or all_presets()
+    archs = args.arch or all_presets()
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be at least 1, not {args.repeats}")
     lstm_runs, rows = [], {}
@@ -275,3 +305,10 @@ def main(argv=None):
         for arch in archs:
             decoding[arch] = decode_speed(arch, sentences=args.decode_sentences)
     print_table(archs, lstm_runs, rows, decoding, args.decode_sentences)
+    if args.epoch:
+        task, arch = args.epoch
+        seconds = epoch_seconds(task, arch, args.data, args.epochs)
+        print(
+            f"\n{arch} on {task}, the paper's recipe (training and greedy validation), one thread: "
+            + ", ".join(f"epoch {i + 1} {s:.1f} s" for i, s in enumerate(seconds))
+        )

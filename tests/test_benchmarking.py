@@ -26,7 +26,7 @@ def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_befor
 
     monkeypatch.setattr(benchmarking, "train_once", train_once)
     monkeypatch.setattr(benchmarking, "ensure_copy_data", lambda root: root / "bin")
-    benchmarking.main(["--archs", "gru_onestep", "--repeats", "3", "--skip-decoding"])
+    benchmarking.main(["--arch", "gru_onestep", "--repeats", "3", "--skip-decoding"])
     assert commands == ["lstm", "gru_onestep"] * 3  # each preset run right after an lstm run
     table = capsys.readouterr().out.splitlines()
     assert "| lstm (fairseq, 3 runs) | 1000 | 1.00 | | 402 | | | | |" in table
@@ -35,4 +35,4 @@ def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_befor
 
 def test_repeats_below_one_are_refused():
     with pytest.raises(SystemExit, match="--repeats must be at least 1, not 0"):
-        benchmarking.main(["--repeats", "0", "--skip-decoding", "--archs", "gru_onestep"])
+        benchmarking.main(["--repeats", "0", "--skip-decoding", "--arch", "gru_onestep"])
