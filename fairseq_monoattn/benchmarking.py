@@ -1,6 +1,7 @@
 """Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
 
-    python examples/benchmark.py [--updates 300] [--repeats 3] [--arch gru_content gru_onestep ...] [--epoch inv_recopy gru_monoattn]
+    python examples/benchmark.py [--updates 300] [--repeats 3] [--arch gru_content gru_onestep ...]
+        [--epoch inv_recopy gru_monoattn]
 
 Training: each model trains for a fixed number of updates on the Copy train split
 (batch 32, Adam) through ``fairseq-train`` in its own process, right after a run of the
@@ -124,7 +125,8 @@ def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
     if done.returncode != 0:
         raise SystemExit(f"fairseq-train failed for {arch} on {task}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     # an epoch's summary line ("train_num_updates" ...) gives fairseq's clock at its end as "train_wall"
-    walls = [float(json.loads(line[line.index("{"):])["train_wall"]) for line in (done.stdout + done.stderr).splitlines()
+    lines = (done.stdout + done.stderr).splitlines()
+    walls = [float(json.loads(line[line.index("{"):])["train_wall"]) for line in lines
              if '"train_num_updates"' in line]  # fmt: skip
     return [b - a for a, b in zip([0.0] + walls, walls)]
 
