@@ -14,7 +14,10 @@ def register() -> None:
     """Register the plugin's model, presets, task and criterion with fairseq (idempotent)."""
     from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
     from .criterions import sequence_accuracy  # noqa: F401
-    from .models import gru_seq2seq  # noqa: F401  (the model and its presets)
+    from .models import (
+        gru_seq2seq,  # noqa: F401  (the model and its presets)
+        transformer_monoattn,  # noqa: F401  (the Transformer with location attention)
+    )
     from .tasks import length_generalization  # noqa: F401
 
 

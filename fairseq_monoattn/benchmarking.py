@@ -43,9 +43,25 @@ LSTM_ARGS = (
 ).split()
 
 
+# the Transformer presets' reference: fairseq's plain transformer of transformer_small's size
+TRANSFORMER_ARGS = (
+    "--arch transformer --encoder-embed-dim 64 --encoder-ffn-embed-dim 256 --encoder-layers 3 "
+    "--encoder-attention-heads 4 --decoder-embed-dim 64 --decoder-ffn-embed-dim 256 --decoder-layers 3 "
+    "--decoder-attention-heads 4 --dropout 0.1 --share-decoder-input-output-embed"
+).split()
+
+
+def reference_args(arch: str):
+    """The fairseq model a preset is measured against: its plain transformer for the Transformer
+    presets, its lstm for the GRU ones."""
+    return TRANSFORMER_ARGS if arch.startswith("transformer_") else LSTM_ARGS
+
+
 def all_presets():
-    """The names of every preset, in their registry order."""
-    return list(PRESETS)
+    """The names of every preset, in their registry order (the GRU presets, then the Transformer's)."""
+    from .models.transformer_monoattn import TRANSFORMER_PRESETS
+
+    return list(PRESETS) + list(TRANSFORMER_PRESETS)
 
 
 def ensure_copy_data(root: Path) -> Path:
@@ -218,31 +234,20 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def print_table(archs, lstm_runs, rows, decoding, decode_sentences: int):
-    """The Markdown table of the README: training against the lstm runs, then decoding."""
+def print_table(archs, reference_runs, rows, decoding, decode_sentences: int):
+    """The Markdown table of the README: training against the reference runs (fairseq's lstm for
+    the GRU presets, its transformer for the Transformer presets), then decoding."""
     print()
     print(
-        f"| model | words/s | vs lstm | (range) | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
+        f"| model | words/s | vs fairseq | (range) | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
         f"  (decoding {decode_sentences} sentences at a time)"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    if lstm_runs:
-        lstm_wps = statistics.median(r[0] for r in lstm_runs)
-        print(
-            table_row(
-                [
-                    f"lstm (fairseq, {len(lstm_runs)} runs)",
-                    f"{lstm_wps:.0f}",
-                    "1.00",
-                    "",
-                    f"{max(r[1] for r in lstm_runs):.0f}",
-                    "",
-                    "",
-                    "",
-                    "",
-                ]
-            )
-        )
+    for kind in ("lstm", "transformer"):
+        runs = [r for r in reference_runs if r[2] == kind]
+        if runs:
+            wps, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+            print(table_row([f"{kind} (fairseq, {len(runs)} runs)", f"{wps:.0f}", "1.00", "", f"{rss:.0f}"] + [""] * 4))
     for arch in archs:
         cells = ["", "", "", ""]
         if arch in decoding:
@@ -284,7 +289,7 @@ def main(argv=None):
     archs = args.arch or all_presets()
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be at least 1, not {args.repeats}")
-    lstm_runs, rows = [], {}
+    reference_runs, rows = [], {}
     if not args.skip_training:
         data_bin = ensure_copy_data(args.data)
         print(
@@ -294,11 +299,13 @@ def main(argv=None):
         )
     for arch in [] if args.skip_training else archs:
         for _ in range(args.repeats):
-            lstm_runs.append(train_once(data_bin, LSTM_ARGS, args.updates, args.interval))
+            reference = reference_args(arch)
+            reference_runs.append((*train_once(data_bin, reference, args.updates, args.interval), reference[1]))
             wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
-            rows.setdefault(arch, []).append((wps, rss, lstm_runs[-1][0]))
+            rows.setdefault(arch, []).append((wps, rss, reference_runs[-1][0]))
+            reference_wps, _, kind = reference_runs[-1]
             print(
-                f"  {arch:<28} {wps:9.0f} wps ({wps / lstm_runs[-1][0]:4.2f}x the lstm run before it)  "
+                f"  {arch:<28} {wps:9.0f} wps ({wps / reference_wps:4.2f}x the {kind} run before it)  "
                 f"peak {rss:6.0f} MiB",
                 flush=True,
             )
@@ -306,7 +313,7 @@ def main(argv=None):
     if not args.skip_decoding:
         for arch in archs:
             decoding[arch] = decode_speed(arch, sentences=args.decode_sentences)
-    print_table(archs, lstm_runs, rows, decoding, args.decode_sentences)
+    print_table(archs, reference_runs, rows, decoding, args.decode_sentences)
     if args.epoch:
         task, arch = args.epoch
         seconds = epoch_seconds(task, arch, args.data, args.epochs)

@@ -68,6 +68,12 @@ class Scorer(nn.Module):
     def forward(self, query: torch.Tensor, memory: Dict[str, torch.Tensor], step: int) -> torch.Tensor:
         raise NotImplementedError
 
+    def forward_all(self, queries: torch.Tensor, memory: Dict[str, torch.Tensor], first_step: int) -> torch.Tensor:
+        """Scores of many steps at once, queries (B, T, D) -> (B, T, S), the t-th being step first_step + t
+        (a Transformer decoder has every step's query at once).  This default calls ``forward``
+        step by step; a scorer may compute them together."""
+        return torch.stack([self(q, memory, first_step + t) for t, q in enumerate(queries.unbind(1))], dim=1)
+
 
 class StepActivation(nn.Module):
     """steps_t = act(rho_t): how far (in source positions) the focus moves from its reference."""

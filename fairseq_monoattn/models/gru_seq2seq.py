@@ -34,6 +34,7 @@ from ..modules.cross_attention import CrossAttention
 from ..modules.direction_gate import DirectionGate
 from ..modules.gru import gru_update
 from ..modules.location import LocationAttention
+from ..modules.positions import kept_tokens_first, to_source_layout
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
     BOUNDARY_INITS,
@@ -292,13 +293,6 @@ def encoder_rows(encoder_out, key):
     return value.index_select(batch_dim, order)
 
 
-def kept_tokens_first(tokens, kept):
-    """Move each row's kept tokens to the front, keeping their order: fairseq left-pads
-    sources by default, so the result is right-padded whatever the input's padding side."""
-    order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices
-    return tokens.gather(1, order)
-
-
 class GRUDecoder(FairseqIncrementalDecoder):
     def __init__(
         self,
@@ -469,11 +463,7 @@ def source_layout_attention(weights, encoder_out):
     columns of ``src_tokens`` (as fairseq expects for --print-alignment); columns no encoder
     position stands for (padding, a dropped source </s>) get 0."""
     ignored = encoder_rows(encoder_out, "source_ignored")  # (B, T) in src_tokens' layout
-    # rank of each kept column among the row's kept columns, i.e. its token index
-    token_index = (~ignored).long().cumsum(dim=1) - 1
-    index = (token_index + 1).clamp(min=0).unsqueeze(1).expand(-1, weights.size(1), -1)
-    mapped = weights.gather(2, index)
-    return mapped.masked_fill(ignored.unsqueeze(1), 0.0)
+    return to_source_layout(weights, ignored, offset=1)  # position 0 is START
 
 
 # --- named architectures (presets) and their hydra configs --------------------------------------

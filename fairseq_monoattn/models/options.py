@@ -268,12 +268,16 @@ def _checked(convert: Callable[[str], Any], f: dataclasses.Field) -> Callable[[s
     return converter
 
 
-def add_option_arguments(parser: argparse.ArgumentParser, eval_bool: Callable[[str], Any]) -> None:
+def add_option_arguments(
+    parser: argparse.ArgumentParser, eval_bool: Callable[[str], Any], only: Optional[set] = None
+) -> None:
     """Every option as a command-line argument without a default (so that a preset can set it).
     Booleans take a value (``--direction-gate False``) so that a preset's True can be switched
     off; a choice lists the names registered when the parser is made; a value out of range is
-    refused by the parser, naming the option."""
+    refused by the parser, naming the option.  ``only``: these options alone."""
     for name, f in option_fields().items():
+        if only is not None and name not in only:
+            continue
         flag = "--" + name.replace("_", "-")
         help_text = f.metadata.get("help", "")
         default = _default(f)

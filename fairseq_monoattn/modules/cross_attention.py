@@ -257,3 +257,43 @@ class CrossAttention(nn.Module):
             focus = location_focus if self.position_reference == "location" else weights
             position = (focus * memory["positions"]).sum(dim=-1)
         return context, weights, position
+
+    def attend_all(
+        self,
+        readout: torch.Tensor,
+        sizes: List[int],
+        memory: Memory,
+        previous_position: Optional[torch.Tensor],
+        first_step: int,
+        location_focus: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Many steps at once, from their readouts (B, T, R), for a decoder that has every step's
+        query before attending (a Transformer): content scores and the context for all steps in
+        one product each; only the location focus runs step by step, since its reference is the
+        position the previous step attended.  ``location_focus`` (B, T, S): another layer's focus
+        to use instead of scanning one.  Returns the context (B, T, D), the weights (B, T, S), the
+        location focus (B, T, S) or None, and pa of the last step (B,) or None."""
+        mask = memory["padding_mask"]
+        query, head_logits, mix_logit = readout.split(sizes, dim=-1)
+        content = None
+        if self.scorer is not None:
+            scores = self.scorer.forward_all(query, memory, first_step)
+            content = scores.masked_fill(mask.unsqueeze(1), float("-inf")).softmax(dim=-1)
+        if self.location is None:
+            return torch.bmm(content, memory["values"]), content, None, None
+        mix = torch.sigmoid(self.mix_temperature * mix_logit) if content is not None else None
+        values_type = memory["values"].dtype
+        weights, focuses, position = [], [], previous_position
+        for t in range(readout.size(1)):
+            if location_focus is None:
+                focus, _ = self.location(head_logits[:, t], position, memory, mask, first_step + t)
+            else:
+                focus = location_focus[:, t]
+            location = focus.to(values_type)
+            step_weights = location if content is None else location + mix[:, t] * (content[:, t] - location)
+            reference = focus if self.position_reference == "location" else step_weights
+            position = (reference * memory["positions"]).sum(dim=-1)
+            weights.append(step_weights)
+            focuses.append(focus)
+        weights_all = torch.stack(weights, dim=1)
+        return torch.bmm(weights_all, memory["values"]), weights_all, torch.stack(focuses, dim=1), position

@@ -55,3 +55,23 @@ def rotate_pairs(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     cos, sin = torch.cos(angles), torch.sin(angles)
     first, second = x[..., :half], x[..., half:]
     return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1).to(x.dtype)
+
+
+def kept_tokens_first(tokens: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Move each row's kept entries (along dim 1) to the front, keeping their order: fairseq
+    left-pads sources by default, so the result is right-padded whatever the input's padding
+    side.  ``tokens`` (B, T) or (B, T, D); ``kept`` (B, T) bool."""
+    order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices
+    if tokens.dim() == 3:
+        order = order.unsqueeze(-1).expand_as(tokens)
+    return tokens.gather(1, order)
+
+
+def to_source_layout(weights: torch.Tensor, ignored: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """Weights over right-padded positions (B, T, positions) mapped back onto the columns of the
+    source as the model was given it (B, S), e.g. left-padded: a kept column gets the weight of
+    its rank among the kept ones (plus ``offset``: 1 when position 0 is a START of the model's
+    own), an ignored column (padding, a dropped </s>) gets 0."""
+    token_index = (~ignored).long().cumsum(dim=1) - 1
+    index = (token_index + offset).clamp(min=0).unsqueeze(1).expand(-1, weights.size(1), -1)
+    return weights.gather(2, index).masked_fill(ignored.unsqueeze(1), 0.0)

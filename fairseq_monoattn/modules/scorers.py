@@ -32,6 +32,9 @@ class ContentScores(Scorer):
     def forward(self, query: torch.Tensor, memory: Memory, step: int) -> torch.Tensor:
         return torch.bmm(memory["keys"], query.unsqueeze(-1)).squeeze(-1)
 
+    def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
+        return torch.bmm(queries, memory["keys"].transpose(1, 2))
+
 
 @register_scorer("relative")
 class RelativeScores(Scorer):
@@ -63,6 +66,22 @@ class RelativeScores(Scorer):
         projected = (query + self.position_bias) @ self.position_proj.weight
         return content + projected @ embeddings.t()
 
+    def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
+        keys = memory["keys"]
+        content = torch.bmm(queries, keys.transpose(1, 2)) + memory["key_bias"].unsqueeze(1)
+        steps, width = queries.size(1), keys.size(1)
+        with torch.no_grad():  # every distance i - t of these steps: from -(first_step + T - 1) to width - first_step
+            low = -(first_step + steps - 1)
+            distances = torch.arange(low, width - first_step, device=keys.device)
+            precision = torch.promote_types(keys.dtype, torch.float32)
+            embeddings = (sinusoid(distances, self.dim, precision) * self.scale).to(keys.dtype)
+        projected = (queries + self.position_bias) @ self.position_proj.weight  # (B, T, D)
+        by_distance = projected @ embeddings.t()  # (B, T, distances)
+        # step first_step + t reads distance i - (first_step + t), column i - t - first_step - low
+        columns = (torch.arange(width, device=keys.device).unsqueeze(0) - torch.arange(steps, device=keys.device)
+                   .unsqueeze(1) - first_step - low)  # fmt: skip
+        return content + by_distance.gather(2, columns.unsqueeze(0).expand(queries.size(0), -1, -1))
+
 
 @register_scorer("rotary")
 class RotaryScores(Scorer):
@@ -79,3 +98,8 @@ class RotaryScores(Scorer):
     def forward(self, query: torch.Tensor, memory: Memory, step: int) -> torch.Tensor:
         rotated = rotate_pairs(query, torch.tensor(float(step), device=query.device))
         return torch.bmm(memory["keys"], rotated.unsqueeze(-1)).squeeze(-1)
+
+    def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
+        steps = torch.arange(first_step, first_step + queries.size(1), device=queries.device)
+        rotated = rotate_pairs(queries, steps.unsqueeze(0))
+        return torch.bmm(rotated, memory["keys"].transpose(1, 2))

@@ -1,0 +1,231 @@
+"""fairseq's Transformer with the plugin's location attention in its decoder.
+
+The paper leaves Transformers to future work ("there are many ways to do so").  Here a decoder
+layer's encoder attention is replaced by the plugin's cross-attention (``CrossAttention``: the
+location focus alone, or mixed with content scores), so the choices are options:
+
+* ``--location-layers``: which decoder layers attend by location: ``last`` (the others keep
+  fairseq's multi-head encoder attention), ``all`` (each with a focus of its own), ``shared``
+  (every layer, one focus: the first layer scans, the others read its focus, mixing their own
+  content scores into it if they mix), or ``none`` (the plain Transformer);
+* ``--direction-gate``: the location layers read g e + (1 - g) reverse(e), g from the mean of
+  the encoder's outputs;
+* the positional encodings are fairseq's options (sinusoidal by default, ``--encoder-learned-pos``,
+  ``--decoder-learned-pos``, ``--no-token-positional-embeddings``); fairseq 0.12's Transformer has
+  no relative position encoding.
+
+Training stays parallel across output steps: a layer reads every step's query at once, computes
+content scores and the context in one product each, and only the location focus runs as a scan
+over the steps (its reference is the position the previous step attended; ``attend_all`` in
+``modules/cross_attention.py``).  Decoding keeps the scan's state (the last attended position)
+and the encoder side's prepared tensors in fairseq's incremental state.
+"""
+
+from argparse import Namespace
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer.transformer_legacy import base_architecture
+from torch import nn
+
+from ..modules.positions import kept_tokens_first, to_source_layout
+from .gru_seq2seq import build_cross_attention
+from .options import add_option_arguments, option_defaults, parse_bool
+
+MODEL_NAME = "transformer_location"
+LOCATION_LAYERS = ("none", "last", "all", "shared")
+# the options of the plugin's cross-attention this model takes (those of the GRU model that are
+# about the attention itself; the entries' own settings come with them)
+ATTENTION_OPTIONS = (
+    "attention_scoring", "location_attention", "direction_gate", "reference", "step_activation", "clamp_center",
+    "clamp_slope", "position_reference", "location_normalization", "location_projection", "sigma_min",
+    "mix_temperature", "direction_temperature", "attention_query_bias", "value_path",
+)  # fmt: skip
+
+
+def attention_options() -> Dict[str, Any]:
+    """{option: default} of the cross-attention options, the registered entries' settings included."""
+    from ..registry import ENTRY_OPTIONS
+
+    defaults = option_defaults()
+    return {name: defaults[name] for name in (*ATTENTION_OPTIONS, *ENTRY_OPTIONS)}
+
+
+@with_incremental_state
+class LocationEncoderAttention(nn.Module):
+    """Stands in for a Transformer decoder layer's encoder attention (it takes the arguments
+    fairseq's MultiheadAttention takes): the plugin's cross-attention over the encoder's outputs,
+    every step of the query at once but the location scan."""
+
+    def __init__(self, attention: nn.Module, shared: Optional[Dict[str, torch.Tensor]] = None, leads: bool = True):
+        """``shared``: a dict the layers of one decoder share (--location-layers shared): the
+        leading layer puts its focus there, the others read it."""
+        super().__init__()
+        self.attention = attention
+        self.shared = shared
+        self.leads = leads
+
+    def prepare(self, encoder_out: torch.Tensor, padding_mask: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The encoder's side, once per sequence: outputs (S, B, C) moved right-padded (each
+        example at positions 0 .. L-1 whatever fairseq's padding side), lengths, the direction
+        gate's summary (the mean over real positions), and the source layout to map weights back."""
+        encodings = encoder_out.transpose(0, 1)
+        batch, width = encodings.shape[:2]
+        kept = torch.ones(batch, width, dtype=torch.bool, device=encodings.device)
+        if padding_mask is not None:
+            kept = ~padding_mask
+        lengths = kept.long().sum(dim=1)
+        right = kept_tokens_first(encodings, kept)
+        real = kept_tokens_first(kept, kept).unsqueeze(-1).to(right.dtype)
+        summary = (right * real).sum(dim=1) / lengths.clamp(min=1).unsqueeze(-1).to(right.dtype)
+        memory = self.attention.prepare(right, summary, lengths)
+        memory["source_ignored"] = ~kept
+        return memory
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: Optional[torch.Tensor],
+        value: Optional[torch.Tensor],
+        key_padding_mask: Optional[torch.Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[torch.Tensor]]]] = None,
+        static_kv: bool = False,
+        need_weights: bool = True,
+        need_head_weights: bool = False,
+        attn_mask: Optional[torch.Tensor] = None,
+        **kwargs,
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """query (T, B, C), key = value = the encoder's outputs (S, B, C) -> (T, B, C) and the
+        weights over the source's columns ((1, B, T, S) with need_head_weights, else (B, T, S))."""
+        memory, position, first_step = None, None, 1
+        if incremental_state is not None:
+            state = self.get_incremental_state(incremental_state, "location")
+            if state is not None:
+                memory = {k: v for k, v in state.items() if k not in ("position", "step")}
+                position, first_step = state.get("position"), int(state["step"]) + 1
+        if memory is None:
+            memory = self.prepare(key, key_padding_mask)
+            position = self.attention.initial_position(memory) if self.attention.tracks_position else None
+        weight, bias, sizes = self.attention.step_readout()
+        readout = F.linear(query.transpose(0, 1), weight, bias)  # (B, T, R)
+        given = self.shared.get("focus") if self.shared is not None and not self.leads else None
+        context, weights, focus, position = self.attention.attend_all(
+            readout, sizes, memory, position, first_step, location_focus=given
+        )
+        if self.shared is not None and self.leads:
+            self.shared["focus"] = focus
+        if incremental_state is not None:
+            state = dict(memory, step=torch.tensor(first_step + query.size(0) - 1))
+            if position is not None:
+                state["position"] = position
+            self.set_incremental_state(incremental_state, "location", state)
+        weights_out = None
+        if need_weights or need_head_weights:
+            weights_out = to_source_layout(weights, memory["source_ignored"])
+            if need_head_weights:
+                weights_out = weights_out.unsqueeze(0)
+        return context.transpose(0, 1), weights_out
+
+    def reorder_incremental_state(self, incremental_state, new_order: torch.Tensor):
+        state = self.get_incremental_state(incremental_state, "location")
+        if state is None:
+            return incremental_state
+        reordered = {k: (v if k == "step" else v.index_select(0, new_order)) for k, v in state.items()}
+        self.set_incremental_state(incremental_state, "location", reordered)
+        return incremental_state
+
+
+def location_layer_indices(layers: int, which: str):
+    return {"none": [], "last": [layers - 1], "all": list(range(layers)), "shared": list(range(layers))}[which]
+
+
+def install_location_attention(decoder, args: Namespace) -> None:
+    """Replace the encoder attention of the chosen decoder layers by the plugin's."""
+    indices = location_layer_indices(len(decoder.layers), args.location_layers)
+    shared = {} if args.location_layers == "shared" else None
+    embed_dim = decoder.embed_dim
+    for position, index in enumerate(indices):
+        attention = build_cross_attention(args, encoder_dim=args.encoder_embed_dim, query_dim=embed_dim)
+        layer = decoder.layers[index]
+        layer.encoder_attn = LocationEncoderAttention(attention, shared=shared, leads=position == 0)
+    decoder.location_shared = shared
+
+
+@register_model(MODEL_NAME)
+class TransformerMonoAttnModel(TransformerModel):
+    """fairseq's Transformer (every option of ``--arch transformer``) with the plugin's location
+    attention in the decoder layers ``--location-layers`` names."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        group = parser.add_argument_group("location attention (fairseq_monoattn)")
+        group.add_argument("--location-layers", choices=LOCATION_LAYERS, help="decoder layers with location "
+                           "attention: the last, all (a focus each), shared (all, one focus), none")  # fmt: skip
+        add_option_arguments(group, parse_bool, only=set(attention_options()))
+
+    @classmethod
+    def build_model(cls, args, task):
+        location_defaults(args)
+        model = super().build_model(args, task)
+        install_location_attention(model.decoder, args)
+        return model
+
+
+def location_defaults(args: Namespace) -> None:
+    """The attention options a command line left unset take their defaults, and their sizes the
+    Transformer's (attention size = the decoder's width)."""
+    for name, value in attention_options().items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    if getattr(args, "location_layers", None) is None:
+        args.location_layers = "last"
+    args.attention_dim = args.decoder_embed_dim
+    args.linear_init = getattr(args, "linear_init", "pytorch") or "pytorch"
+    args.location_head_init = getattr(args, "location_head_init", "per-head") or "per-head"
+
+
+# --- named architectures ----------------------------------------------------------------------------
+
+TRANSFORMER_SMALL = dict(
+    encoder_embed_dim=64, encoder_ffn_embed_dim=256, encoder_layers=3, encoder_attention_heads=4,
+    decoder_embed_dim=64, decoder_ffn_embed_dim=256, decoder_layers=3, decoder_attention_heads=4,
+    dropout=0.1, share_decoder_input_output_embed=True,
+)  # fmt: skip
+LOCATION = dict(location_layers="last", location_attention=True, attention_scoring="none")
+TRANSFORMER_PRESETS: Dict[str, Dict[str, Any]] = {
+    "transformer_small": dict(TRANSFORMER_SMALL, location_layers="none"),
+    "transformer_onestep": dict(TRANSFORMER_SMALL, **LOCATION, direction_gate=True, step_activation="sigmoid"),
+    "transformer_monoattn": dict(TRANSFORMER_SMALL, **LOCATION, direction_gate=True, step_activation="mono"),
+    "transformer_mix_onestep": dict(
+        TRANSFORMER_SMALL,
+        **dict(LOCATION, attention_scoring="content"),
+        direction_gate=True,
+        step_activation="sigmoid",
+        mix_temperature=5.0,
+    ),
+}
+
+
+@register_model_architecture(MODEL_NAME, MODEL_NAME)
+def transformer_location(args):
+    base_architecture(args)
+
+
+def _register(name: str, values: Dict[str, Any]) -> None:
+    @register_model_architecture(MODEL_NAME, name)
+    def architecture(args):
+        for key, value in values.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+        base_architecture(args)
+
+    architecture.__name__ = name
+
+
+for _name, _values in TRANSFORMER_PRESETS.items():
+    _register(_name, _values)

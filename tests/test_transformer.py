@@ -1,0 +1,121 @@
+"""The plugin's location attention in fairseq's Transformer (models/transformer_monoattn.py):
+every preset and layout decodes incrementally as its full pass does, with beams of 1 and 5,
+alone as in a padded batch; the parallel scan over output steps gives the step-by-step focus of
+the GRU decoder's location module; alignments; fairseq-train and fairseq-generate."""
+
+import pytest
+import torch
+from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
+from model_helpers import assert_incremental_equals_full, assert_padding_invariant, batch, build, digit_dictionary
+
+from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
+
+D = digit_dictionary()
+SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]
+CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
+    ("transformer_monoattn", {"location_layers": "all"}),
+    ("transformer_mix_onestep", {"location_layers": "shared"}),
+    ("transformer_onestep", {"encoder_learned_pos": True, "decoder_learned_pos": True}),
+    ("transformer_onestep", {"no_token_positional_embeddings": True, "direction_gate": False}),
+    ("transformer_locattn_like", {}),
+]
+
+
+def build_configuration(name, options, seed):
+    if name == "transformer_locattn_like":  # LocAttn's reference and softstair steps, relative content mixed in
+        options = dict(reference="gated", step_activation="softstair", clamp_center=True, attention_scoring="relative")
+        name = "transformer_onestep"
+    return build(name, D, seed=seed, **options)
+
+
+@pytest.mark.parametrize("name, options", CONFIGURATIONS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGURATIONS)])
+def test_incremental_decoding_and_padding_invariance(name, options):
+    model = build_configuration(name, options, seed=1)
+    for beam in (1, 5):
+        assert_incremental_equals_full(model, D, SOURCES, beam)
+    assert_padding_invariant(build_configuration(name, options, seed=2), D, SOURCES)
+
+
+def test_the_layouts_put_location_attention_where_they_say():
+    from fairseq_monoattn.models.transformer_monoattn import LocationEncoderAttention
+
+    def kinds(model):
+        return [type(layer.encoder_attn).__name__ for layer in model.decoder.layers]
+
+    assert kinds(build("transformer_small", D)) == ["MultiheadAttention"] * 3
+    assert kinds(build("transformer_onestep", D)) == ["MultiheadAttention"] * 2 + ["LocationEncoderAttention"]
+    shared = build("transformer_onestep", D, location_layers="shared").decoder.layers
+    assert all(isinstance(layer.encoder_attn, LocationEncoderAttention) for layer in shared)
+    assert [layer.encoder_attn.leads for layer in shared] == [True, False, False]
+    assert shared[0].encoder_attn.shared is shared[2].encoder_attn.shared
+
+
+def test_a_shared_focus_is_the_first_layers():
+    """--location-layers shared: the layers after the first read its focus; with no content mixed
+    in, every layer attends with the same weights."""
+    model = build("transformer_onestep", D, seed=3, location_layers="shared").eval()
+    model.decoder.layers[1].encoder_attn.attention.readout.weight.data.mul_(3.0)  # its own heads would differ
+    sample = batch(D, SOURCES, SOURCES)
+    focus = []
+    for layer in model.decoder.layers:
+        layer.need_attn = True
+        original = layer.encoder_attn.forward
+
+        def record(*args, original=original, **kwargs):
+            kwargs["need_weights"] = True
+            out, weights = original(*args, **kwargs)
+            focus.append(weights.squeeze(0) if weights.dim() == 4 else weights)  # the alignment layer's: per head
+            return out, weights
+
+        layer.encoder_attn.forward = record
+    model(**sample["net_input"])
+    assert torch.equal(focus[0], focus[1]) and torch.equal(focus[0], focus[2])
+
+
+def test_the_scan_over_steps_is_the_step_by_step_location_focus():
+    """attend_all (every step's query at once, the Transformer's way) against attend (one step
+    at a time, the GRU decoder's way) on the same readouts: the same weights, context and
+    positions, for a mixing, position-reference attention."""
+    model = build("gru_mix_monoattn_pr", D, seed=4, mono_gate_init=0.0).double()
+    attention = model.decoder.attention
+    g = torch.Generator().manual_seed(0)
+    encodings = torch.randn(3, 9, 128, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([9, 4, 6])
+    memory = attention.prepare(encodings, torch.randn(3, 128, generator=g, dtype=torch.float64), lengths)
+    weight, bias, sizes = attention.step_readout()
+    readout = torch.nn.functional.linear(torch.randn(3, 7, 128, generator=g, dtype=torch.float64), weight, bias)
+    context_all, weights_all, _, last = attention.attend_all(
+        readout, sizes, memory, attention.initial_position(memory), 1
+    )
+    position = attention.initial_position(memory)
+    for t in range(7):
+        context, weights, position = attention.attend(readout[:, t], sizes, memory, position, t + 1)
+        assert torch.allclose(weights, weights_all[:, t], atol=1e-12) and torch.allclose(context, context_all[:, t])
+    assert torch.allclose(position, last, atol=1e-12)
+
+
+def test_alignments_are_the_location_weights_over_the_source_columns():
+    model = build("transformer_onestep", D, seed=5).eval()
+    model.decoder.layers[-1].need_attn = True
+    sample = batch(D, SOURCES, SOURCES)
+    _, extra = model(**sample["net_input"])
+    attn = extra["attn"][0]  # (B, T, S): the last layer's, the alignment layer
+    src = sample["net_input"]["src_tokens"]
+    assert attn.shape == (len(SOURCES), sample["net_input"]["prev_output_tokens"].size(1), src.size(1))
+    assert torch.allclose(attn.sum(-1), torch.ones(attn.shape[:2]), atol=1e-5)
+    assert (attn.masked_select(src.eq(D.pad()).unsqueeze(1).expand_as(attn)) == 0).all()
+
+
+def test_train_and_generate_through_fairseqs_commands(tmp_path):
+    data = write_copy_dataset(tmp_path / "data", {"train": (96, 2, 5), "valid": (12, 3, 6), "test": (10, 3, 7)})
+    save = tmp_path / "ck"
+    run_command("fairseq-train", str(data / "bin"), "--user-dir", USER_DIR, "--arch", "transformer_monoattn",
+                "--task", "length_generalization", "--criterion", "seq_acc", "--eval-accuracy",
+                "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--optimizer", "adam",
+                "--lr", "1e-3", "--batch-size", "16", "--max-epoch", "2", "--save-dir", str(save),
+                "--no-epoch-checkpoints", "--seed", "1")  # fmt: skip
+    output = run_command("fairseq-generate", str(data / "bin"), "--user-dir", USER_DIR, "--path",
+                         str(save / "checkpoint_best.pt"), "--task", "length_generalization", "--gen-subset", "test",
+                         "--beam", "5", "--batch-size", "4", "--print-alignment")  # fmt: skip
+    assert sorted(hypotheses(output.splitlines())) == list(range(10))
+    assert any(line.startswith("A-") for line in output.splitlines())
