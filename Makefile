@@ -8,6 +8,8 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.2 does not build on Python >= 3.11; fairseq-fixed is the same code, patched to build.
 FAIRSEQ ?= $(shell $(PYTHON) -c 'import sys; print("fairseq-fixed==0.12.3.1" if sys.version_info >= (3, 11) else "fairseq==0.12.2")')
 DEMO_EPOCHS ?= 8
+# the test suite on every core, each worker on one thread (make test TEST_WORKERS=1 for one process)
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)))')
 
 .PHONY: install demo test lint docs benchmark clean-venv
 
@@ -28,7 +30,7 @@ demo: install
 
 # The test command: style, the documentation site (links and anchors checked), the test suite.
 test: lint docs
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 lint: install
 	$(VENV)/bin/ruff check .
