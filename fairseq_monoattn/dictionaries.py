@@ -10,8 +10,10 @@ fairseq-monoattn-score, resuming a training)."""
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .errors import PluginError
 
-class DictionaryMismatch(ValueError):
+
+class DictionaryMismatch(PluginError, ValueError):
     """The checkpoint's dictionary is not the data's; the message names the data's file and the
     first difference."""
 

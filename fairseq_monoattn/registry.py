@@ -42,8 +42,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
+from .errors import PluginError
 
-class UnknownChoice(ValueError):
+
+class UnknownChoice(PluginError, ValueError):
     """A name no registry entry has; the message names the option and the known names."""
 
 

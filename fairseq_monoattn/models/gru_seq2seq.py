@@ -39,7 +39,6 @@ from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on
 from .options import (
     BOUNDARY_INITS,
     EMBEDDING_INITS,
-    OptionError,
     add_option_arguments,
     check_options,
     option_defaults,
@@ -99,10 +98,7 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
         # a preset (``--arch gru_onestep``) has set its own options already; the rest come from the
         # defaults, written into cfg so that the checkpoint records every value used
         fill_missing(cfg, config_defaults())
-        try:
-            check_options(options_of(cfg))
-        except OptionError as error:
-            raise ValueError(str(error)) from None
+        check_options(options_of(cfg))  # OptionError names the option
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         decoder_hidden_size = cfg.decoder_hidden_size or 2 * cfg.encoder_hidden_size
         decoder_layers = cfg.decoder_layers or cfg.encoder_layers

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from .. import modules  # noqa: F401  (registers the plugin's own attention entries)
+from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, VALUE_PATHS
 from ..registry import ENTRY_OPTIONS, REGISTRIES, RESERVED_OPTIONS, entry_options_read
@@ -25,7 +26,7 @@ DECODER_STARTS = ("eos", "bos")
 BOUNDARY_INITS = ("normal", "zeros")
 
 
-class OptionError(ValueError):
+class OptionError(PluginError, ValueError):
     """A model option with a value it cannot take; the message names the option."""
 
 

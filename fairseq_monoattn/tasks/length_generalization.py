@@ -31,6 +31,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
 from ..dictionaries import check_dictionaries, symbols
+from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 from ..recipes import TASK_DEFAULTS
@@ -125,6 +126,10 @@ def stop_after_perfect_validations(count: int) -> None:
         return stop
 
     train_cli.should_stop_early = should_stop_early
+
+
+class MissingSide(PluginError, FileNotFoundError):
+    """A split without one of its sides."""
 
 
 WARNED = set()
@@ -258,7 +263,7 @@ class LengthGeneralizationTask(TranslationTask):
                 break
         missing = [lang for lang in sides if lang not in present]
         if present and missing:
-            raise FileNotFoundError(
+            raise MissingSide(
                 f"{data / f'{split}.{pair}.{missing[0]}.idx'}: split {split!r} has no {missing[0]} side "
                 f"(its {present[0]} side is there); training and validation need both"
             )

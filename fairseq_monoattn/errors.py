@@ -1,0 +1,27 @@
+"""The plugin's errors whose message says everything a user needs (the file or option, and what is
+wrong with it).  Raised inside fairseq's own commands (fairseq-train, fairseq-generate), they are
+printed as one line, ``error: <message>``, with exit status 1, not as a traceback; set
+FAIRSEQ_MONOATTN_TRACEBACK=1 to see the traceback."""
+
+import os
+import sys
+
+
+class PluginError(Exception):
+    """An error whose message names the file or option and says what is wrong."""
+
+
+def install_excepthook() -> None:
+    """Print uncaught PluginErrors as one line (idempotent)."""
+    previous = sys.excepthook
+    if getattr(previous, "prints_plugin_errors", False):
+        return
+
+    def hook(kind, value, traceback):
+        if isinstance(value, PluginError) and not os.environ.get("FAIRSEQ_MONOATTN_TRACEBACK"):
+            print(f"error: {value}", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+
+    hook.prints_plugin_errors = True
+    sys.excepthook = hook
