@@ -863,3 +863,20 @@ def test_update_keeps_the_hand_written_text(tmp_path):
     text = path.read_text()
     assert text.startswith("# Title\n\nmy analysis\n") and "table two" in text and "table one" not in text
     assert text.count(aggregate.BEGIN) == 1
+
+
+def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
+    """The Transformer presets go through runs and records too: the record keeps the model's own
+    options (not the whole command line), and its command plans the same model."""
+    from fairseq_monoattn.experiments.runs import outdated_records
+
+    work, results = tmp_path / "work", tmp_path / "results"
+    (spec,) = with_tiny_data(work, tiny_spec(arch="transformer_onestep", max_epoch=1))
+    record = run(spec, work, results)
+    config = record["model_config"]
+    assert config["_name"] == "transformer_onestep" and config["location_layers"] == "last"
+    assert config["step_activation"] == "sigmoid" and "lr" not in config and "save_dir" not in config
+    assert outdated_records([record]) == []
+    changed = json.loads(json.dumps(record))
+    changed["model_config"]["step_activation"] = "relu"
+    assert [c for _, c in outdated_records([changed])] == [{"step_activation": ("relu", "sigmoid")}]

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import warnings
+from argparse import Namespace
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -498,9 +499,28 @@ def parsed_model_config(command: List[str]) -> dict:
 
 
 def _model_and_task(cfg: dict) -> dict:
-    model = {key: value for key, value in dict(cfg["model"]).items() if not key.startswith("max_")}
-    task = {key: cfg["task"].get(key) for key in ("train_batches", "stop_after_perfect")}
-    return {**model, "task": task}
+    model = cfg["model"]
+    if isinstance(model, Namespace):  # a model configured by argparse (the Transformer): its own options only
+        model = {key: value for key, value in vars(model).items() if key in _model_option_names(model.arch)}
+        model["_name"] = model.get("_name", cfg["model"].arch)
+    model = {key: value for key, value in dict(model).items() if not key.startswith("max_")}
+    task = cfg["task"]
+    task = vars(task) if isinstance(task, Namespace) else task
+    return {**model, "task": {key: task.get(key) for key in ("train_batches", "stop_after_perfect")}}
+
+
+def _model_option_names(arch: str) -> set:
+    """The options an argparse-configured architecture's model class adds (its model's options)."""
+    import argparse
+
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_monoattn
+
+    fairseq_monoattn.register()
+    parser = argparse.ArgumentParser(add_help=False)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    return {action.dest for action in parser._actions}
 
 
 def environment() -> dict:

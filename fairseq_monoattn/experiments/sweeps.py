@@ -66,6 +66,8 @@ class Sweep:
     recipe: str = "paper"
     extra_seeds: Dict[Tuple[str, str], Tuple[int, ...]] = field(default_factory=dict)
     user_dir: Optional[str] = None
+    variant: str = "default"  # a name for ``options`` (the records' folder)
+    options: Tuple[str, ...] = ()  # extra fairseq-train options of every run
 
     def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
         """This sweep restricted to the cells of ``tasks`` and ``archs`` (None: all of them), in its
@@ -98,6 +100,8 @@ class Sweep:
                 stop_after_perfect=self.stop_after_perfect,
                 recipe=self.recipe,
                 user_dir=self.user_dir,
+                variant=self.variant,
+                options=self.options,
             )
             for seed in seeds
             for task, arch in self.cells
@@ -151,6 +155,37 @@ register(
         seeds=(1,),
         max_epoch=1,
         stop_after_perfect=0,
+    )
+)
+
+
+# Beyond the paper: the plain Transformer against its location variants (docs/transformer.md), with
+# fairseq's sinusoidal positions (the default), learned ones, and none.
+TRANSFORMER_TASKS = ("copy", "reverse_copy", "recopy", "inv_recopy", "lookup", "scan")
+TRANSFORMER_MODELS = ("transformer_small", "transformer_onestep", "transformer_monoattn", "transformer_mix_onestep")
+register(
+    Sweep(
+        "transformer",
+        "the plain Transformer against its location variants on six tasks (sinusoidal positions)",
+        grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+    )
+)
+register(
+    Sweep(
+        "transformer-learned-pos",
+        "the same with learned positions in encoder and decoder",
+        grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+        variant="learned-pos",
+        options=("--encoder-learned-pos", "--decoder-learned-pos"),
+    )
+)
+register(
+    Sweep(
+        "transformer-no-pos",
+        "the same without positional encodings",
+        grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+        variant="no-pos",
+        options=("--no-token-positional-embeddings",),
     )
 )
 
