@@ -408,7 +408,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
             else:
                 hidden_gates = F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
             context, step_weights, position = self.attention.attend(read, sizes, memory, position, first_step + j)
-            hidden[0] = gru_update(gates + F.linear(context, context_weight), hidden_gates, hidden[0])
+            hidden[0] = gru_update(torch.addmm(gates, context, context_weight.t()), hidden_gates, hidden[0])
             for layer in range(1, self.num_layers):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])
             outputs.append(hidden[-1])
