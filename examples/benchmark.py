@@ -1,14 +1,53 @@
-"""Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
+"""Speed and memory of every preset against fairseq's own models of the same size.
 
     python examples/benchmark.py [--updates 300] [--repeats 3] [--arch gru_content gru_onestep ...]
         [--epoch inv_recopy gru_monoattn]
     python examples/benchmark.py --skip-training --decode-sentences 8 --arch gru_content gru_onestep
+    python examples/benchmark.py --skip-training --skip-decoding --release /path/to/MonotonicLocationAttention \\
+        --release-python /path/to/release-venv/bin/python
 
-Run it from the repository root: Copy data is prepared under ``runs/benchmark`` (``--data``).
-The code is ``fairseq_monoattn.benchmarking``.
+Run it from the repository root: data is prepared under ``runs/benchmark`` (``--data``).  The code
+is ``fairseq_monoattn.benchmarking``.  With ``--release``, the authors' release (a checkout, run by
+``examples/release_equivalence/run_release.py`` in its own interpreter) and the plugin each train
+one epoch of OneStep and MonoAttn on the same Inv ReCopy data, the plugin with the paper's recipe,
+greedy validation included, the release with its own (teacher-forced validation), one thread each.
 """
 
-from fairseq_monoattn.benchmarking import main
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from fairseq_monoattn.benchmarking import epoch_seconds, main
+
+RUN_RELEASE = Path(__file__).resolve().parent / "release_equivalence" / "run_release.py"
+MODELS = (("BiGRU_OneStep", "gru_onestep"), ("BiGRU_MonoAttn", "gru_monoattn"))
+
+
+def release_epoch_seconds(release: Path, python: str, model: str, task: str = "inv_recopy") -> float:
+    """Seconds of one training epoch of the release's ``model`` on the plugin's ``task`` data (seed 1)."""
+    with tempfile.TemporaryDirectory() as work:
+        command = [sys.executable, str(RUN_RELEASE), "--release", str(release), "--python", python, "--task", task,
+                   "--model", model, "--seeds", "0", "--epochs", "1", "--data-seed", "1", "--work", work,
+                   "--results", f"{work}/results"]  # fmt: skip
+        subprocess.run(command, check=True, capture_output=True, text=True)
+        (record,) = Path(work, "results").glob("*/*/seed0.json")
+        return json.loads(record.read_text())["wall_seconds"]["train"]
+
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--release", type=Path, default=None)
+    parser.add_argument("--release-python", default=sys.executable)
+    parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark")
+    extra, rest = parser.parse_known_args()
+    main(rest + ["--data", str(extra.data)])
+    if extra.release is not None:
+        print("\n| model | plugin: one epoch, s | the release: one epoch, s | plugin / release |")
+        print("| --- | ---: | ---: | ---: |")
+        for release_model, arch in MODELS:
+            ours = epoch_seconds("inv_recopy", arch, extra.data, epochs=1)[0]
+            theirs = release_epoch_seconds(extra.release, extra.release_python, release_model)
+            print(f"| {arch} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |", flush=True)
