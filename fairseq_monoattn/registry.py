@@ -102,6 +102,14 @@ class FocusNormalization(nn.Module):
     def forward(self, log_gaussian: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def focus(
+        self, positions: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor, padding_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """lambda_t from the Gaussian's centre mu (B,) and width sigma (B,) over the positions
+        (B, S): ``forward`` of -(norm(i) - mu)^2 / (2 sigma^2).  An entry may compute both at once."""
+        z = (positions - mu.unsqueeze(1)) / sigma.unsqueeze(1)
+        return self(-0.5 * z * z, padding_mask)
+
 
 # --- registries -------------------------------------------------------------------------------
 

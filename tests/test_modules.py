@@ -218,3 +218,20 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
     assert torch.allclose(gru_update(input_gates, hidden_gates, h), cell(x, h), atol=1e-14)
     inputs = [t.detach().requires_grad_() for t in (input_gates, hidden_gates, h)]
     assert torch.autograd.gradcheck(gru_update, inputs)
+
+
+def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient():
+    from fairseq_monoattn.modules.normalizations import SoftmaxFocus
+    from fairseq_monoattn.registry import FocusNormalization
+
+    torch.manual_seed(1)
+    lengths = torch.tensor([7, 4])
+    positions = normalized_positions(lengths, 7, torch.float64)
+    mask = padding_mask(lengths, 7)
+    mu = torch.tensor([0.3, 0.8], dtype=torch.float64, requires_grad=True)
+    sigma = torch.tensor([0.2, 0.05], dtype=torch.float64, requires_grad=True)
+    focus = SoftmaxFocus()
+    fused = focus.focus(positions, mu, sigma, mask)
+    plain = FocusNormalization.focus(focus, positions, mu, sigma, mask)  # the composed default
+    assert torch.allclose(fused, plain, atol=1e-15) and fused[1, 4:].abs().sum() == 0
+    assert torch.autograd.gradcheck(lambda m, s: focus.focus(positions, m, s, mask), (mu, sigma))

@@ -85,5 +85,4 @@ class LocationAttention(nn.Module):
         if self.clamp_slope is not None:
             mu = leaky_clamp(mu, self.clamp_slope)
         sigma = (F.relu(heads["width"]) + self.sigma_min) / memory["lengths"]
-        z = (memory["positions"] - mu.unsqueeze(1)) / sigma.unsqueeze(1)
-        return self.normalization(-0.5 * z * z, padding_mask), mu
+        return self.normalization.focus(memory["positions"], mu, sigma, padding_mask), mu
