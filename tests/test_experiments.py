@@ -880,3 +880,28 @@ def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
     changed = json.loads(json.dumps(record))
     changed["model_config"]["step_activation"] = "relu"
     assert [c for _, c in outdated_records([changed])] == [{"step_activation": ("relu", "sigmoid")}]
+
+
+def test_variants_side_by_side_from_records(tmp_path, capsys):
+    """aggregate --compare-variants: per cell with records of every variant named, the median at
+    the paper's lengths and the seeds solved everywhere; cells a variant lacks are left out."""
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+
+    def write(task, arch, variant, seed, accuracies):
+        splits = ("test15", "test30", "test100")
+        path = tmp_path / task / arch / variant / f"seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": task, "arch": arch, "variant": variant, "seed": seed,
+                                    "splits": {s: {"accuracy": a} for s, a in zip(splits, accuracies)}}))  # fmt: skip
+
+    write("inv_recopy", "gru_monoattn", "default", 1, (100, 99, 98))
+    write("inv_recopy", "gru_monoattn", "default", 2, (100, 90, 10))
+    write("inv_recopy", "gru_monoattn", "other", 1, (100, 100, 100))
+    write("recopy", "gru_onestep", "default", 1, (100, 100, 100))  # no "other": left out
+    assert aggregate_main(["--results", str(tmp_path), "--compare-variants", "default", "other"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[2]
+        == "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | 100 / 100 / 100 (1 of 1) | 100 / 100 / 98.8 |"
+    )
+    assert len(out) == 3

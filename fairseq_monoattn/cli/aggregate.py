@@ -36,6 +36,14 @@ def build_parser() -> Parser:
         help="also draw accuracy against length per task into DIR (linked from the tables)",
     )
     parser.add_argument(
+        "--compare-variants",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="instead of the paper's tables: every cell with records of each of these variants, their medians "
+        "side by side",
+    )
+    parser.add_argument(
         "--include-outdated",
         action="store_true",
         help="table records whose model is no longer the one their command builds (a preset or "
@@ -60,6 +68,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"error: no readable records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)", file=sys.stderr
         )
         return 1
+    if args.compare_variants:
+        from ..experiments.aggregate import variants_table
+
+        print(variants_table(records, args.compare_variants))
+        return 1 if problems else 0
     chosen = [r for r in records if r["variant"] == args.variant]
     if not chosen:
         known = sorted({r["variant"] for r in records})

@@ -351,6 +351,29 @@ def render(records: Sequence[dict], variant: str = DEFAULT_VARIANT, plots: Seque
     return "\n".join(parts) + "\n"
 
 
+def variants_table(records: Sequence[dict], variants: Sequence[str]) -> str:
+    """Markdown: every cell (task, model) that has records of each of ``variants``, one row each:
+    per variant the median accuracy at the paper's lengths, the number of seeds, and how many of them
+    reach >= 95 at every one of those lengths; the paper's value last."""
+    by_variant = {name: collect(records, name) for name in variants}
+    keys = sorted(set.intersection(*(set(cells) for cells in by_variant.values())),
+                  key=lambda key: (table_order(key[0]), key[1]))  # fmt: skip
+    lines = ["| task | model | " + " | ".join(f"{name}: median (seeds >= 95 everywhere)" for name in variants)
+             + " | the paper |", "| --- | --- | " + " | ".join("---" for _ in variants) + " | --- |"]  # fmt: skip
+    for task, arch in keys:
+        splits = paper_splits(task, by_variant[variants[0]][(task, arch)])
+        entries = []
+        for name in variants:
+            cell = by_variant[name][(task, arch)]
+            medians = " / ".join(fmt(cell.summary(split)) for split in splits)
+            solved = sum(all(r["splits"].get(s, {}).get("accuracy", 0) >= 95 for s in splits) for r in cell.records)
+            entries.append(f"{medians} ({solved} of {len(cell.records)})")
+        paper = " / ".join(fmt(paper_value(task, arch, s)) if paper_value(task, arch, s) is not None else "-"
+                           for s in splits)  # fmt: skip
+        lines.append(f"| {title(task)} | {arch} | " + " | ".join(entries) + f" | {paper} |")
+    return "\n".join(lines)
+
+
 def update_file(path: Path, generated: str) -> None:
     """Replace the text between BEGIN and END in ``path`` (append both if absent); the rest of the
     file, the hand-written analysis, is kept as it is."""
