@@ -905,3 +905,36 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
         == "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | 100 / 100 / 100 (1 of 1) | 100 / 100 / 98.8 |"
     )
     assert len(out) == 3
+
+
+def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
+    """aggregate --release: per cell the release ran, the paper's value, the release's median over
+    its runs and the plugin's median over its seeds, and which of the two reaches another verdict."""
+    from fairseq_monoattn.catalog import paper_value
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+
+    splits = ("test15", "test30", "test100")
+    plugin, release = tmp_path / "plugin", tmp_path / "release"
+    for seed, accuracies in ((1, (100, 100, 100)), (2, (100, 100, 96))):
+        path = plugin / "copy" / "gru_mix_onestep" / "default" / f"seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": "copy", "arch": "gru_mix_onestep", "variant": "default", "seed": seed,
+                                    "splits": {s: {"accuracy": a} for s, a in zip(splits, accuracies)}}))  # fmt: skip
+    for run_number, accuracies in ((0, (100, 100, 100)), (1, (100, 99, 98)), (2, (90, 0, 0))):
+        path = release / "copy" / "BiGRU_MixOneStep" / f"seed{run_number}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": "copy", "plugin_preset": "gru_mix_onestep",
+                                    "test_accuracy": dict(zip(splits, accuracies))}))  # fmt: skip
+    assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3
+    paper = [paper_value("copy", "gru_mix_onestep", s) for s in splits]
+    assert paper[0] < 50  # the paper reports this cell as failing: both runs here solve it
+    cells = [c.strip() for c in out[2].strip("|").split("|")]
+    assert cells[:2] == ["Copy", "gru_mix_onestep"]
+    assert cells[3] == "100 / 99 / 98 (3)" and cells[4] == "100 / 100 / 98 (2)"
+    assert cells[5] == "release and plugin"
+
+    (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
+    assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1
+    assert "seed1.json" in capsys.readouterr().err

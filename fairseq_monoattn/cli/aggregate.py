@@ -44,6 +44,14 @@ def build_parser() -> Parser:
         "side by side",
     )
     parser.add_argument(
+        "--release",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="instead of the paper's tables: the cells of the authors' release's records in DIR, paper / release / "
+        "plugin side by side",
+    )
+    parser.add_argument(
         "--include-outdated",
         action="store_true",
         help="table records whose model is no longer the one their command builds (a preset or "
@@ -68,6 +76,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"error: no readable records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)", file=sys.stderr
         )
         return 1
+    if args.release:
+        from ..experiments.aggregate import read_release_records, release_table
+        from ..experiments.runs import RecordError
+
+        try:
+            print(release_table(records, read_release_records(args.release)))
+        except RecordError as error:
+            print(f"error: --release: {error}", file=sys.stderr)
+            return 1
+        return 1 if problems else 0
     if args.compare_variants:
         from ..experiments.aggregate import variants_table
 

@@ -374,6 +374,53 @@ def variants_table(records: Sequence[dict], variants: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def read_release_records(folder: Path) -> List[dict]:
+    """The authors' release's run records (``examples/release_equivalence/run_release.py``):
+    RESULTS/TASK/MODEL/seedN.json with the plugin preset the release model is named like."""
+    from .runs import RecordError, read_json
+
+    records = []
+    for path in sorted(Path(folder).glob("*/*/seed*.json")):
+        record = read_json(path, "the release's run record")
+        if not isinstance(record, dict) or not all(key in record for key in ("task", "plugin_preset", "test_accuracy")):
+            raise RecordError(f"{path}: not a release run record (no task, plugin_preset or test_accuracy)")
+        records.append(record)
+    if not records:
+        raise RecordError(f"{folder}: no release run records (TASK/MODEL/seedN.json)")
+    return records
+
+
+def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> str:
+    """Markdown: every cell the release ran, the paper's value, the release's median and the
+    plugin's (default variant) at the paper's lengths, and whose verdict differs from the paper's."""
+    plugin = collect(records)
+    by_cell: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
+    for record in release_records:
+        by_cell[(record["task"], record["plugin_preset"])].append(record)
+    lines = [
+        "| task | model | the paper | the release: median (runs) | the plugin: median (seeds) "
+        "| differs from the paper |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (task, arch), runs in sorted(by_cell.items(), key=lambda item: (table_order(item[0][0]), item[0][1])):
+        splits = list(TASKS[task].paper_splits) if task in TASKS else []
+        paper = [paper_value(task, arch, s) for s in splits]
+        theirs = [statistics.median(r["test_accuracy"][s] for r in runs)
+                  if all(s in r["test_accuracy"] for r in runs) else None for s in splits]  # fmt: skip
+        cell = plugin.get((task, arch))
+        ours = [cell.summary(s) if cell else None for s in splits]
+
+        def differs(values, paper=paper):
+            return any(v is not None and p is not None and verdict(v) != verdict(p) for v, p in zip(values, paper))
+
+        who = [name for name, values in (("release", theirs), ("plugin", ours)) if differs(values)]
+        lines.append(f"| {title(task)} | {arch} | {' / '.join(fmt(p) for p in paper)} | "
+                     f"{' / '.join(fmt(v) for v in theirs)} ({len(runs)}) | "
+                     f"{' / '.join(fmt(v) for v in ours)} ({len(cell.records) if cell else 0}) | "
+                     f"{' and '.join(who) or 'neither'} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def update_file(path: Path, generated: str) -> None:
     """Replace the text between BEGIN and END in ``path`` (append both if absent); the rest of the
     file, the hand-written analysis, is kept as it is."""
