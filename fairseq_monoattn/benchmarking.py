@@ -207,6 +207,70 @@ def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, repeats=2):
     return result
 
 
+def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, repeats=3):
+    """Where a greedy step's time goes, per output token at each length (seconds): ``generator``,
+    fairseq's SequenceGenerator as ``decode_speed`` times it; ``model``, the decoder's own
+    incremental steps driven directly (no search bookkeeping); ``attention``, the part of
+    ``model`` spent in the cross-attention's step; ``reads``, the two batched products an attention
+    step cannot avoid on that memory (a score per source position from the keys, when the preset
+    has content scores, and the weighted sum of the values), timed alone on tensors of the same
+    shapes.  ``model - attention`` is the recurrence and the output layer, which do not depend on
+    the source length."""
+    d = digit_dictionary()
+    model = build_preset(arch, d, seed=0)
+    attention = model.decoder.attention
+    spent = [0.0]
+    attend = attention.attend
+
+    def timed_attend(*args, **kwargs):
+        start = time.perf_counter()
+        result = attend(*args, **kwargs)
+        spent[0] += time.perf_counter() - start
+        return result
+
+    attention.attend = timed_attend
+    g = torch.Generator().manual_seed(0)
+    result = {}
+    generator_seconds = decode_speed(arch, lengths, sentences, repeats)
+    with torch.no_grad():
+        for length in lengths:
+            sample = source_batch(d, random_digits(g, sentences, length, length))
+            targets = torch.randint(d.nspecial, len(d), (sentences, length + 1), generator=g)
+            best_model = best_attention = best_reads = float("inf")
+            for _ in range(repeats):
+                encoder_out = model.encoder(**sample["net_input"])
+                state, spent[0] = {}, 0.0
+                start = time.perf_counter()
+                for step in range(length + 1):
+                    model.decoder(targets[:, : step + 1], encoder_out=encoder_out, incremental_state=state)
+                best_model = min(best_model, time.perf_counter() - start)
+                best_attention = min(best_attention, spent[0])
+                memory = state_memory(model, state)
+                keys = memory.get("keys")
+                values = memory["values"]
+                weights = torch.rand(values.shape[:2], generator=g).unsqueeze(1)
+                query = torch.rand(values.size(0), 1, keys.size(-1) if keys is not None else 1, generator=g)
+                start = time.perf_counter()
+                for _ in range(length + 1):
+                    if keys is not None and attention.scorer is not None:
+                        torch.bmm(query, keys.transpose(1, 2))
+                    torch.bmm(weights, values)
+                best_reads = min(best_reads, time.perf_counter() - start)
+            tokens = sentences * (length + 1)
+            result[length] = {
+                "generator": generator_seconds[length],
+                "model": best_model / tokens,
+                "attention": best_attention / tokens,
+                "reads": best_reads / tokens,
+            }
+    return result
+
+
+def state_memory(model, incremental_state):
+    """The cross-attention's memory (keys, values, positions) the decoder cached in its state."""
+    return model.decoder.get_incremental_state(incremental_state, "memory")
+
+
 # -- command line ------------------------------------------------------------------------
 
 
@@ -223,6 +287,12 @@ def parse_args(argv=None):
     parser.add_argument("--skip-decoding", action="store_true")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--decode-sentences", type=int, default=32, help="sentences decoded together")
+    parser.add_argument(
+        "--decode-breakdown",
+        action="store_true",
+        help="also split each preset's per-token decoding time at 15, 100 and 500 into the search, the "
+        "attention, the products on the keys and values, and the rest of the step",
+    )
     parser.add_argument(
         "--epoch",
         nargs=2,
@@ -263,6 +333,24 @@ def print_table(archs, reference_runs, rows, decoding, decode_sentences: int):
             wps, ratio, low, high, rss = summarize(rows[arch])
             train_cells = [f"{wps:.0f}", f"{ratio:.2f}", f"{low:.2f}-{high:.2f}", f"{rss:.0f}"]
         print(table_row([arch] + train_cells + cells))
+
+
+def print_breakdown(archs, sentences: int):
+    """The Markdown table of ``decode_breakdown``: microseconds per output token."""
+    print(f"\nper-token greedy decoding, {sentences} sentences at a time (microseconds a token)")
+    print("| model | length | fairseq's search | decoder steps | of which attention | of which key and value products "
+          "| decoder steps without attention |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for arch in archs:
+        for length, part in decode_breakdown(arch, sentences=sentences).items():
+            cells = [
+                part["generator"],
+                part["model"],
+                part["attention"],
+                part["reads"],
+                part["model"] - part["attention"],
+            ]
+            print(table_row([arch, str(length)] + [f"{1e6 * c:.2f}" for c in cells]))
 
 
 def table_row(cells):
@@ -314,6 +402,8 @@ def main(argv=None):
         for arch in archs:
             decoding[arch] = decode_speed(arch, sentences=args.decode_sentences)
     print_table(archs, reference_runs, rows, decoding, args.decode_sentences)
+    if args.decode_breakdown:
+        print_breakdown(archs, args.decode_sentences)
     if args.epoch:
         task, arch = args.epoch
         seconds = epoch_seconds(task, arch, args.data, args.epochs)

@@ -36,3 +36,16 @@ def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_befor
 def test_repeats_below_one_are_refused():
     with pytest.raises(SystemExit, match="--repeats must be at least 1, not 0"):
         benchmarking.main(["--repeats", "0", "--skip-decoding", "--arch", "gru_onestep"])
+
+
+def test_decoding_breakdown_times_the_attention_inside_the_decoder_steps():
+    """decode_breakdown: the attention's share is measured inside the decoder's own steps (so it is
+    never more than they take), for presets with and without content scores."""
+    from fairseq_monoattn.benchmarking import decode_breakdown
+
+    for arch in ("gru_content", "gru_onestep"):
+        parts = decode_breakdown(arch, lengths=(3, 7), sentences=2, repeats=1)
+        assert sorted(parts) == [3, 7]
+        for part in parts.values():
+            assert sorted(part) == ["attention", "generator", "model", "reads"]
+            assert 0 < part["attention"] < part["model"] and part["reads"] > 0 and part["generator"] > 0
