@@ -271,6 +271,19 @@ def state_memory(model, incremental_state):
     return model.decoder.get_incremental_state(incremental_state, "memory")
 
 
+def streaming_rate(sentences: int, length: int = 502, features: int = 128, repeats: int = 50) -> float:
+    """Bytes a second at which this machine reads one tensor of the size of the cached values
+    (``sentences`` x ``length`` x ``features`` float32) by summing it: the memory rate that bounds the
+    attention's key and value products at long lengths."""
+    values = torch.randn(sentences, length, features)
+    for _ in range(5):
+        values.sum()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        values.sum()
+    return repeats * values.numel() * values.element_size() / (time.perf_counter() - start)
+
+
 # -- command line ------------------------------------------------------------------------
 
 
@@ -351,6 +364,12 @@ def print_breakdown(archs, sentences: int):
                 part["model"] - part["attention"],
             ]
             print(table_row([arch, str(length)] + [f"{1e6 * c:.2f}" for c in cells]))
+    rate = streaming_rate(sentences)
+    print(
+        f"\nreading the cached values of {sentences} sentences of length 500 ({sentences} x 502 x 128 float32) "
+        f"by summing them: {rate / 1e9:.1f} GB/s, so a step that reads keys and values at that rate costs "
+        f"{1e6 * 2 * sentences * 502 * 128 * 4 / rate / sentences:.1f} microseconds a token"
+    )
 
 
 def table_row(cells):
