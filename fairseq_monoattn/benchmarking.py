@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from fairseq.data import Dictionary, data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
@@ -284,6 +285,86 @@ def streaming_rate(sentences: int, length: int = 502, features: int = 128, repea
     return repeats * values.numel() * values.element_size() / (time.perf_counter() - start)
 
 
+def reference_model(kind: str, dictionary):
+    """fairseq's own ``kind`` ("lstm" or "transformer") of the presets' size (``LSTM_ARGS``,
+    ``TRANSFORMER_ARGS``), built in this process over ``dictionary`` as fairseq-train would build it."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, ["unused-data"] + (TRANSFORMER_ARGS if kind == "transformer" else LSTM_ARGS)
+    )
+    task = argparse.Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
+
+
+def training_batch(dictionary, generator, sentences: int = 32, low: int = 5, high: int = 10):
+    """A teacher-forced Copy batch as fairseq's translation task makes it: sources sorted by length,
+    left-padded, each ending in </s>; targets the sources, </s> moved to the front as the decoder input."""
+    sources = sorted(random_digits(generator, sentences, low, high), key=len, reverse=True)
+    sample = source_batch(dictionary, sources)
+    targets = [torch.tensor([dictionary.index(t) for t in tokens] + [dictionary.eos()]) for tokens in sources]
+    pad, eos = dictionary.pad(), dictionary.eos()
+    sample["net_input"]["prev_output_tokens"] = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True)
+    sample["target"] = data_utils.collate_tokens(targets, pad)
+    return sample
+
+
+def update_profile(arch: str, updates: int = 10, sentences: int = 32) -> dict:
+    """One process's cost of a training update (forward, backward, Adam) of ``arch`` (or, with
+    ``arch`` = "lstm" or "transformer", fairseq's reference model) on Copy batches of 5-10 digits:
+    milliseconds an update, ATen operator calls an update and how many of them are matrix products."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dictionary = digit_dictionary()
+    if arch in ("lstm", "transformer"):
+        model = reference_model(arch, dictionary)
+    else:
+        model = build_preset(arch, dictionary)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    batches = [training_batch(dictionary, generator, sentences) for _ in range(updates)]
+
+    def update(sample):
+        logits = model(**sample["net_input"])
+        log_probs = model.get_normalized_probs(logits, log_probs=True)
+        loss = F.nll_loss(log_probs.flatten(0, 1), sample["target"].flatten(), ignore_index=dictionary.pad(),
+                          reduction="sum")  # fmt: skip
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    for sample in batches[:3]:  # warm-up
+        update(sample)
+    start = time.perf_counter()
+    for sample in batches:
+        update(sample)
+    seconds = time.perf_counter() - start
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for sample in batches:
+            update(sample)
+    events = [event for event in profiler.key_averages() if event.key.startswith("aten::")]
+    products = sum(event.count for event in events if event.key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    return {
+        "ms": 1e3 * seconds / updates,
+        "calls": sum(event.count for event in events) / updates,
+        "products": products / updates,
+    }
+
+
+def print_update_profile(archs) -> None:
+    """The Markdown table of ``update_profile`` for the reference models and ``archs``."""
+    references = ["transformer"] if all(a.startswith("transformer_") for a in archs) else ["lstm"]
+    print("\none training update in this process (batch 32, Copy of 5-10 digits; forward, backward, Adam)")
+    print("| model | ms an update | ATen calls an update | of which matrix products |")
+    print("| --- | ---: | ---: | ---: |")
+    for arch in references + list(archs):
+        row = update_profile(arch)
+        name = f"{arch} (fairseq)" if arch in references else arch
+        print(table_row([name, f"{row['ms']:.1f}", f"{row['calls']:.0f}", f"{row['products']:.0f}"]))
+
+
 # -- command line ------------------------------------------------------------------------
 
 
@@ -305,6 +386,12 @@ def parse_args(argv=None):
         action="store_true",
         help="also split each preset's per-token decoding time at 15, 100 and 500 into the search, the "
         "attention, the products on the keys and values, and the rest of the step",
+    )
+    parser.add_argument(
+        "--update-profile",
+        action="store_true",
+        help="also count, in this process, the milliseconds and ATen operator calls of a training update of each "
+        "preset and of fairseq's reference model",
     )
     parser.add_argument(
         "--epoch",
@@ -423,6 +510,8 @@ def main(argv=None):
     print_table(archs, reference_runs, rows, decoding, args.decode_sentences)
     if args.decode_breakdown:
         print_breakdown(archs, args.decode_sentences)
+    if args.update_profile:
+        print_update_profile(archs)
     if args.epoch:
         task, arch = args.epoch
         seconds = epoch_seconds(task, arch, args.data, args.epochs)

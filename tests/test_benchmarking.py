@@ -50,3 +50,14 @@ def test_decoding_breakdown_times_the_attention_inside_the_decoder_steps():
             assert sorted(part) == ["attention", "generator", "model", "reads"]
             assert 0 < part["attention"] < part["model"] and part["reads"] > 0 and part["generator"] > 0
     assert benchmarking.streaming_rate(2, length=10, features=4, repeats=2) > 0
+
+
+def test_update_profile_counts_the_operator_calls_of_a_training_update():
+    """The plugin's update makes matrix products among its operator calls, as fairseq's lstm does; a
+    preset with more decoder work (MonoAttn's location focus) makes more calls than Content."""
+    lstm = benchmarking.update_profile("lstm", updates=2, sentences=4)
+    content = benchmarking.update_profile("gru_content", updates=2, sentences=4)
+    monoattn = benchmarking.update_profile("gru_monoattn", updates=2, sentences=4)
+    for row in (lstm, content, monoattn):
+        assert row["ms"] > 0 and 0 < row["products"] < row["calls"]
+    assert monoattn["calls"] > content["calls"]
