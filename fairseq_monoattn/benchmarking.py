@@ -488,7 +488,8 @@ def main(argv=None):
         data_bin = ensure_copy_data(args.data)
         print(
             f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
-            f"each after an lstm run; torch threads: {torch.get_num_threads()}",
+            f"each after a run of fairseq's own model of that size (lstm or transformer); "
+            f"torch threads: {torch.get_num_threads()}",
             flush=True,
         )
     for arch in [] if args.skip_training else archs:
