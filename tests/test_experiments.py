@@ -938,3 +938,16 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1
     assert "seed1.json" in capsys.readouterr().err
+
+
+def test_a_sweep_writes_to_its_own_results_folder_unless_told(tmp_path, monkeypatch, capsys):
+    """The paper's sweeps default to results/paper (what aggregate tables), the Transformer's to
+    results/transformer, so that they never mix into the paper's tables; --results overrides both."""
+    from fairseq_monoattn.cli.sweep import main as sweep_main
+
+    monkeypatch.chdir(tmp_path)
+    for sweep, folder in (("table2", "results/paper"), ("transformer", "results/transformer")):
+        sweep_main(["status", sweep])
+        assert f"runs have records in {folder};" in capsys.readouterr().out
+    sweep_main(["status", "transformer", "--results", "elsewhere"])
+    assert "runs have records in elsewhere;" in capsys.readouterr().out

@@ -82,7 +82,8 @@ def add_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-seed", type=int, default=1, metavar="SEED", help="seed of the prepared data")
 
 
-def add_places(parser: argparse.ArgumentParser, results: Path = DEFAULT_RESULTS) -> None:
+def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAULT_RESULTS) -> None:
+    """--work and --results; ``results`` None: the default is the sweep's own folder."""
     parser.add_argument(
         "--work", type=Path, default=DEFAULT_WORK, metavar="DIR", help="data, checkpoints and logs (large; not for git)"
     )
@@ -91,7 +92,13 @@ def add_places(parser: argparse.ArgumentParser, results: Path = DEFAULT_RESULTS)
         type=Path,
         default=results,
         metavar="DIR",
-        help="one small JSON record per finished run (commit it)",
+        help="one small JSON record per finished run (commit it)"
+        + (
+            ""
+            if results is not None
+            else "; default: the sweep's own folder (results/paper for the paper's tables, "
+            "results/transformer for the Transformer sweeps)"
+        ),
     )
 
 

@@ -23,7 +23,7 @@ def build_parser() -> Parser:
             description=f"{'Run (resume)' if name == 'run' else 'What is done and left of'} a named sweep.",
         )
         sub.add_argument("sweep", help=", ".join(SWEEPS))
-        add_places(sub)
+        add_places(sub, results=None)
         add_seeds(sub, default=None, help="instead of the sweep's seeds")
         sub.add_argument("--task", nargs="+", default=None, metavar="TASK", help="only these tasks of the sweep")
         add_arch(sub, required=False, help="only these presets of the sweep")
@@ -79,6 +79,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sweep = sweep.only(args.task, args.arch)
     except ValueError as error:
         parser.error(str(error))
+    if args.results is None:  # the sweep's own folder: results/paper for the paper's tables
+        args.results = Path(sweep.results)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
     from ..experiments.runs import read_records

@@ -68,6 +68,7 @@ class Sweep:
     user_dir: Optional[str] = None
     variant: str = "default"  # a name for ``options`` (the records' folder)
     options: Tuple[str, ...] = ()  # extra fairseq-train options of every run
+    results: str = "results/paper"  # where its records go unless --results says otherwise
 
     def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
         """This sweep restricted to the cells of ``tasks`` and ``archs`` (None: all of them), in its
@@ -162,12 +163,14 @@ register(
 # Beyond the paper: the plain Transformer against its location variants (docs/transformer.md), with
 # fairseq's sinusoidal positions (the default), learned ones, and none.
 TRANSFORMER_TASKS = ("copy", "reverse_copy", "recopy", "inv_recopy", "lookup", "scan")
+TRANSFORMER_RESULTS = "results/transformer"  # apart from the paper's tables, which aggregate reads from results/paper
 TRANSFORMER_MODELS = ("transformer_small", "transformer_onestep", "transformer_monoattn", "transformer_mix_onestep")
 register(
     Sweep(
         "transformer",
         "the plain Transformer against its location variants on six tasks (sinusoidal positions)",
         grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+        results=TRANSFORMER_RESULTS,
     )
 )
 register(
@@ -177,6 +180,7 @@ register(
         grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
         variant="learned-pos",
         options=("--encoder-learned-pos", "--decoder-learned-pos"),
+        results=TRANSFORMER_RESULTS,
     )
 )
 register(
@@ -186,6 +190,7 @@ register(
         grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
         variant="no-pos",
         options=("--no-token-positional-embeddings",),
+        results=TRANSFORMER_RESULTS,
     )
 )
 
