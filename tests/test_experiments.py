@@ -883,8 +883,9 @@ def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
 
 
 def test_variants_side_by_side_from_records(tmp_path, capsys):
-    """aggregate --compare-variants: per cell with records of every variant named, the median at
-    the paper's lengths and the seeds solved everywhere; cells a variant lacks are left out."""
+    """aggregate --compare-variants: per cell with records of at least two of the variants named,
+    the median at the paper's lengths and the seeds solved everywhere ("not run" for a variant
+    without records); a cell of one variant alone is left out."""
     from fairseq_monoattn.cli.aggregate import main as aggregate_main
 
     def write(task, arch, variant, seed, accuracies):
@@ -903,6 +904,13 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
     assert (
         out[2]
         == "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | 100 / 100 / 100 (1 of 1) | 100 / 100 / 98.8 |"
+    )
+    assert len(out) == 3
+    assert aggregate_main(["--results", str(tmp_path), "--compare-variants", "default", "third", "other"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == (
+        "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | not run | 100 / 100 / 100 (1 of 1) "
+        "| 100 / 100 / 98.8 |"
     )
     assert len(out) == 3
 

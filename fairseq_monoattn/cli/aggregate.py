@@ -40,8 +40,8 @@ def build_parser() -> Parser:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="instead of the paper's tables: every cell with records of each of these variants, their medians "
-        "side by side",
+        help="instead of the paper's tables: every cell with records of at least two of these variants, their "
+        "medians side by side",
     )
     parser.add_argument(
         "--release",

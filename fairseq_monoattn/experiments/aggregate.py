@@ -12,7 +12,7 @@ whether our mean is within the paper's mean +- 2 std (every model is "partial" t
 
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -352,19 +352,25 @@ def render(records: Sequence[dict], variant: str = DEFAULT_VARIANT, plots: Seque
 
 
 def variants_table(records: Sequence[dict], variants: Sequence[str]) -> str:
-    """Markdown: every cell (task, model) that has records of each of ``variants``, one row each:
-    per variant the median accuracy at the paper's lengths, the number of seeds, and how many of them
-    reach >= 95 at every one of those lengths; the paper's value last."""
+    """Markdown: every cell (task, model) that has records of at least two of ``variants`` (all of
+    them when only one is named), one row each: per variant the median accuracy at the paper's
+    lengths, the number of seeds, and how many of them reach >= 95 at every one of those lengths
+    ("not run" where the variant has no records); the paper's value last."""
     by_variant = {name: collect(records, name) for name in variants}
-    keys = sorted(set.intersection(*(set(cells) for cells in by_variant.values())),
+    counts = Counter(key for cells in by_variant.values() for key in cells)
+    keys = sorted((key for key, count in counts.items() if count >= min(2, len(variants))),
                   key=lambda key: (table_order(key[0]), key[1]))  # fmt: skip
     lines = ["| task | model | " + " | ".join(f"{name}: median (seeds >= 95 everywhere)" for name in variants)
              + " | the paper |", "| --- | --- | " + " | ".join("---" for _ in variants) + " | --- |"]  # fmt: skip
     for task, arch in keys:
-        splits = paper_splits(task, by_variant[variants[0]][(task, arch)])
+        first = next(by_variant[name][(task, arch)] for name in variants if (task, arch) in by_variant[name])
+        splits = paper_splits(task, first)
         entries = []
         for name in variants:
-            cell = by_variant[name][(task, arch)]
+            cell = by_variant[name].get((task, arch))
+            if cell is None:
+                entries.append("not run")
+                continue
             medians = " / ".join(fmt(cell.summary(split)) for split in splits)
             solved = sum(all(r["splits"].get(s, {}).get("accuracy", 0) >= 95 for s in splits) for r in cell.records)
             entries.append(f"{medians} ({solved} of {len(cell.records)})")
