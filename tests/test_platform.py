@@ -186,7 +186,10 @@ def test_the_commands_agree_on_names_and_show_their_defaults(tmp_path):
     for name in ("run", "compare"):
         assert "(default: 25)" in helps[name] and "(default: [1, 2, 3])" in helps[name]
         assert "(default: results/paper)" in helps[name] and "--variant NAME=OPTIONS" in helps[name]
-    assert "(default: results/paper)" in helps["aggregate"] and "(default: results/paper)" in helps["sweep"]
+    assert "(default: results/paper)" in helps["aggregate"]
+    # a sweep's records go to its own folder: the help names both, and shows no bare None
+    assert "default: the sweep's own folder (results/paper for the paper's tables" in helps["sweep"]
+    assert "for the Transformer sweeps) (default" not in helps["sweep"]
     for name in ("score", "plot-attention"):
         assert "--checkpoint" in helps[name] and "--user-dir" in helps[name]
 

@@ -90,7 +90,7 @@ def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAUL
     parser.add_argument(
         "--results",
         type=Path,
-        default=results,
+        default=results if results is not None else argparse.SUPPRESS,  # SUPPRESS: the caller picks it
         metavar="DIR",
         help="one small JSON record per finished run (commit it)"
         + (

@@ -79,7 +79,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sweep = sweep.only(args.task, args.arch)
     except ValueError as error:
         parser.error(str(error))
-    if args.results is None:  # the sweep's own folder: results/paper for the paper's tables
+    if "results" not in vars(args):  # the sweep's own folder: results/paper for the paper's tables
         args.results = Path(sweep.results)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
