@@ -959,3 +959,17 @@ def test_a_sweep_writes_to_its_own_results_folder_unless_told(tmp_path, monkeypa
         assert f"runs have records in {folder};" in capsys.readouterr().out
     sweep_main(["status", "transformer", "--results", "elsewhere"])
     assert "runs have records in elsewhere;" in capsys.readouterr().out
+
+
+def test_another_data_seed_never_shares_a_run_folder_or_passes_for_a_recorded_run(finished):
+    """A run of data seed 2 has its own run folder (it cannot resume data seed 1's checkpoints), and
+    a results folder holding the data-seed-1 record of the same run is an error naming that file,
+    not a run counted as done."""
+    work, results, spec, _ = finished
+    other = RunSpec(**{**spec.__dict__, "data_seed": 2})
+    assert other.run_dir(work) != spec.run_dir(work) and other.run_dir(work).name == f"data2-seed{spec.seed}"
+    assert other.record_path(results) == spec.record_path(results)
+    lines = []
+    outcome = launch.run_local([other], work, results, jobs=1, log=lines.append)
+    assert outcome[other.key].startswith(f"failed: {spec.record_path(results)} records another run")
+    assert "'data_seed': 1" in outcome[other.key] and not other.run_dir(work).exists()

@@ -25,7 +25,19 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .processes import die_with_parent
-from .runs import BUSY_EXIT, PLUGIN_DIR, RecordError, RunBusy, RunSpec, read_record, run, run_seconds, spec_from_dict
+from .runs import (
+    BUSY_EXIT,
+    PLUGIN_DIR,
+    RecordError,
+    RunBusy,
+    RunError,
+    RunSpec,
+    check_record_matches,
+    read_record,
+    run,
+    run_seconds,
+    spec_from_dict,
+)
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -108,9 +120,13 @@ def run_local(
             pending.append(spec)
             continue
         try:
-            past.append(run_seconds(read_record(path)))
+            record = read_record(path)
+            check_record_matches(record, spec, path)  # e.g. another data seed's record in this folder
+            past.append(run_seconds(record))
         except RecordError as error:  # never trained over: the file is the user's to look at
             unreadable[spec.key] = f"failed: its record cannot be read ({error})"
+        except RunError as error:
+            unreadable[spec.key] = f"failed: {error}"
     progress = Progress(len(specs), len(past), log, past=past)
     log(progress.line(jobs))
     shares = cpu_shares(jobs, cpus)

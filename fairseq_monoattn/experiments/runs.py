@@ -77,7 +77,9 @@ class RunSpec:
         return Path(results) / self.task / self.arch / self.variant / f"seed{self.seed}.json"
 
     def run_dir(self, work: Path) -> Path:
-        return Path(work) / "runs" / self.task / self.arch / self.variant / f"seed{self.seed}"
+        """Its checkpoints and logs; another data seed's run never shares (and so never resumes) them."""
+        name = f"seed{self.seed}" if self.data_seed == 1 else f"data{self.data_seed}-seed{self.seed}"
+        return Path(work) / "runs" / self.task / self.arch / self.variant / name
 
     def data_dir(self, work: Path) -> Path:
         from ..data.writer import DATA_FORMAT_VERSION
