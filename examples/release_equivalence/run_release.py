@@ -69,41 +69,27 @@ LOOKUP_DATASETS = ("llt", "rllt")  # vocabulary from train counts (the others: d
 SOURCE_EOS = ("dedup",)  # process_dedupe.py keeps "<eos>" at the end of the source; no other task does
 # the release's test keys for the Lookup files (test_iid = heldout_inputs, testN = longer_seen_{(N-5)/2})
 LOOKUP_TEST_KEYS = {"test_iid": "normal", "test7": "long1", "test9": "long3", "test11": "long5"}
-# release model -> the plugin preset of the same name (README.md beside this script)
-PLUGIN_PRESET = {
-    "BiGRU": "gru_content",
-    "BiGRUrel": "gru_relative",
-    "BiGRUrel_mixdir": "gru_birelative",
-    "BiGRUrope_mixdir": "gru_birope",
-    "BiGRU_locattn": "gru_locattn",
-    "BiGRU_locattn_simple": "gru_locattn_s",
-    "BiGRU_mixattn": "gru_mix_locattn",
-    "BiGRU_mixattn_simple": "gru_mix_locattn_s",
-    "BiGRU_mixattn_simplePR": "gru_mix_locattn_s_pr",
-    "BiGRU_OneStep": "gru_onestep",
+# The record names two presets per release model: the one computing the release's function
+# (fairseq_monoattn.release.RELEASE_MODELS) and the one of the same name, which differs only for the
+# release's Mix OneStep / MonoAttn / RMonoAttn configs (and PR forms): they never mix, so they
+# compute the unmixed presets' function while their names are those of the mixing presets.
+NAMED_LIKE = {
     "BiGRU_MixOneStep": "gru_mix_onestep",
     "BiGRU_MixOneStepPR": "gru_mix_onestep_pr",
-    "BiGRU_MonoAttn": "gru_monoattn",
     "BiGRU_MixMonoAttn": "gru_mix_monoattn",
     "BiGRU_MixMonoAttnPR": "gru_mix_monoattn_pr",
-    "BiGRU_RMonoAttn": "gru_rmonoattn",
     "BiGRU_MixRMonoAttn": "gru_mix_rmonoattn",
     "BiGRU_MixRMonoAttnPR": "gru_mix_rmonoattn_pr",
-    "BiGRU_AblationStep": "gru_onestep_minus_step2",
-    "BiGRU_SoftStairStep": "gru_onestep_minus_step3",
-    "BiGRU_FreeStep": "gru_onestep_minus_sigmoid",
-}
-# The release's Mix OneStep / MonoAttn / RMonoAttn configs (and PR forms) keep location_attention_only
-# = True, which its attention checks first: they never mix and compute these presets' function.
-RELEASE_COMPUTES = {
-    "BiGRU_MixOneStep": "gru_onestep",
-    "BiGRU_MixOneStepPR": "gru_onestep",
-    "BiGRU_MixMonoAttn": "gru_monoattn",
-    "BiGRU_MixMonoAttnPR": "gru_monoattn",
-    "BiGRU_MixRMonoAttn": "gru_rmonoattn",
-    "BiGRU_MixRMonoAttnPR": "gru_rmonoattn",
 }
 DIGITS = [str(i) for i in range(10)]  # the digit scripts' `vocab`
+
+
+def release_models() -> dict:
+    """Release --model -> the plugin preset computing its function (imported here, in the plugin's
+    interpreter only: the release's interpreter has no fairseq_monoattn)."""
+    from fairseq_monoattn.release import RELEASE_MODELS
+
+    return RELEASE_MODELS
 
 
 def parse_args(argv):
@@ -111,7 +97,7 @@ def parse_args(argv):
     parser.add_argument("--release", required=True, type=Path, help="a checkout of the authors' release")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the release")
     parser.add_argument("--task", required=True, choices=sorted(RELEASE_DATASET))
-    parser.add_argument("--model", required=True, choices=sorted(PLUGIN_PRESET), help="the release's --model")
+    parser.add_argument("--model", required=True, choices=sorted(release_models()), help="the release's --model")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="the release's run indices")
     parser.add_argument("--epochs", type=int, default=25, help="epoch budget (the release's configs say 100)")
     parser.add_argument("--data-seed", type=int, default=1, help="seed of the plugin's data")
@@ -262,8 +248,8 @@ def write_record(args, path: Path, run: int, keys: dict, manifest: dict, outcome
         "task": args.task,
         "release_dataset": dataset,
         "release_model": args.model,
-        "plugin_preset": PLUGIN_PRESET[args.model],
-        "release_computes": RELEASE_COMPUTES.get(args.model, PLUGIN_PRESET[args.model]),
+        "plugin_preset": NAMED_LIKE.get(args.model, release_models()[args.model]),
+        "release_computes": release_models()[args.model],
         "run": run,
         "release_seed": zlib.adler32(f"{dataset}_{args.model}_seq2seq_{run}".encode()),
         "data_seed": args.data_seed,
