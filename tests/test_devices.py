@@ -135,3 +135,21 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
     step = torch.tensor([[0.0, 0.0]], dtype=dtype)  # no step, the narrowest width
     weights, _ = attention.location(step, centre, memory, memory["padding_mask"], step=3)
     assert weights[0].argmax().item() == 200 and weights[0, 200].item() > 0.95
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_mixed_precision_under_autocast_trains(arch):
+    """What fairseq's --amp does on a GPU, on the CPU's autocast: float32 weights, products in
+    bfloat16; the gradients are finite and float32, and the loss is the float32 one within rounding."""
+    g = torch.Generator().manual_seed(0)
+    sources = random_digits(g, 6, 3, 40)
+    sample = batch(D, sources, sources)
+    model = build(arch, D, seed=1)
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = training_step(model, sample)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert torch.isfinite(loss) and grads and all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+    reference = build(arch, D, seed=1)
+    reference.train()
+    assert abs(loss.item() - training_step(reference, sample).item()) < 0.05 * max(1.0, loss.item())

@@ -220,6 +220,54 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
     assert torch.autograd.gradcheck(gru_update, inputs)
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers):
+    from fairseq_monoattn.modules.gru import bidirectional_gru, reverse_within_lengths
+
+    torch.manual_seed(layers)
+    rnn = torch.nn.GRU(6, 4, num_layers=layers, batch_first=True, bidirectional=True).double()
+    lengths = torch.tensor([5, 2, 4, 1, 5])
+    x = torch.randn(5, 5, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.equal(reverse_within_lengths(reverse_within_lengths(x, lengths), lengths), x)
+    assert torch.equal(reverse_within_lengths(x, lengths)[1, :3], x[1, [1, 0, 2]])
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    packed_out, want_final = rnn(packed)
+    want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=5)
+    got, got_final = bidirectional_gru(rnn, x, lengths)
+    assert torch.allclose(got, want, atol=1e-14) and torch.allclose(got_final, want_final, atol=1e-14)
+    assert got[1, 2:].abs().sum() == 0  # zero past the row's length, as pad_packed_sequence pads
+    weights = torch.randn_like(want)
+    params = [x] + list(rnn.parameters())
+    want_grads = torch.autograd.grad((want * weights).sum() + want_final.pow(2).sum(), params)
+    got_grads = torch.autograd.grad((got * weights).sum() + got_final.pow(2).sum(), params)
+    for g, w in zip(got_grads, want_grads):
+        assert torch.allclose(g, w, atol=1e-12)
+
+
+def test_a_step_linear_gives_the_gradients_of_the_plain_products():
+    from fairseq_monoattn.modules.step_linear import StepLinear
+
+    torch.manual_seed(2)
+    weight = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    offsets = torch.randn(6, 3, 4, dtype=torch.float64, requires_grad=True)
+    start = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+
+    def recurrence(stepped):
+        linear = StepLinear(weight, bias) if stepped else None
+        h, outputs = start, []
+        for offset in offsets.unbind(0):  # h_t = tanh(o_t + h_{t-1} W^T + b)
+            h = torch.tanh(linear(h, offset) if stepped else offset + h @ weight.t() + bias)
+            outputs.append(h)
+        return (torch.stack(outputs) * torch.arange(1.0, 7.0, dtype=torch.float64).view(6, 1, 1)).sum()
+
+    want = torch.autograd.grad(recurrence(False), [weight, bias, offsets, start])
+    got = torch.autograd.grad(recurrence(True), [weight, bias, offsets, start])
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, atol=1e-12)
+    assert recurrence(True).item() == pytest.approx(recurrence(False).item(), rel=1e-14)
+
+
 def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient():
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus
     from fairseq_monoattn.registry import FocusNormalization

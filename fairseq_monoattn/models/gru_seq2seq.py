@@ -32,9 +32,10 @@ from torch import nn
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
 from ..modules.direction_gate import DirectionGate
-from ..modules.gru import gru_update
+from ..modules.gru import bidirectional_gru, gru_update
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
+from ..modules.step_linear import StepLinear
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
     BOUNDARY_INITS,
@@ -256,9 +257,8 @@ class GRUEncoder(FairseqEncoder):
         x[:, 0] = self.start
         x[:, 1 : width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
         x[torch.arange(batch, device=x.device), token_lengths + 1] = self.end
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_out, final = self.rnn(packed)
-        encodings, _ = nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=width + 2)
+        # = self.rnn over the packed sequences, zero past each row's length
+        encodings, final = bidirectional_gru(self.rnn, x, lengths)
         # e_cls of layer l = [last forward state ; last backward state] -> (layers, B, 2H)
         final = final.view(self.num_layers, 2, batch, -1)
         summary = torch.cat([final[:, 0], final[:, 1]], dim=-1)
@@ -400,15 +400,20 @@ class GRUDecoder(FairseqIncrementalDecoder):
         merged = self.num_layers == 1
         if merged:
             read_weight, read_bias = torch.cat([read_weight, cell.weight_hh]), torch.cat([read_bias, cell.bias_hh])
+        if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
+            read_map, context_map = StepLinear(read_weight, read_bias), StepLinear(context_weight)
+        else:
+            read_map = lambda h: F.linear(h, read_weight, read_bias)  # noqa: E731
+            context_map = lambda c, gates: torch.addmm(gates, c, context_weight.t())  # noqa: E731
         outputs, weights = [], []
         for j, gates in enumerate(input_gates):
-            read = F.linear(hidden[-1], read_weight, read_bias)
+            read = read_map(hidden[-1])
             if merged:
                 read, hidden_gates = read.split([sum(sizes), cell.weight_hh.size(0)], dim=-1)
             else:
                 hidden_gates = F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
             context, step_weights, position = self.attention.attend(read, sizes, memory, position, first_step + j)
-            hidden[0] = gru_update(torch.addmm(gates, context, context_weight.t()), hidden_gates, hidden[0])
+            hidden[0] = gru_update(context_map(context, gates), hidden_gates, hidden[0])
             for layer in range(1, self.num_layers):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])
             outputs.append(hidden[-1])

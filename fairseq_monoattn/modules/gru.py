@@ -3,10 +3,12 @@
 The decoder computes the gates' pre-activations itself (the embedding's share for every step at
 once, the hidden state's together with the attention's readout), so it needs the cell's update
 alone.  As one autograd node with a hand-written backward, a step records one node instead of
-about ten, which is most of what a decoder step costs on a CPU.
+about ten, which is most of what a decoder step costs on a CPU.  The encoder's bidirectional GRU
+steps through its sources the same way (``bidirectional_gru``).
 """
 
 import torch
+import torch.nn.functional as F
 
 
 class _GRUUpdate(torch.autograd.Function):
@@ -26,14 +28,64 @@ class _GRUUpdate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reset, update, new, hidden, h_n = ctx.saved_tensors
-        grad_update = grad * (hidden - new) * update * (1 - update)  # through z = sigmoid(.)
-        grad_new = grad * (1 - update) * (1 - new * new)  # through n = tanh(.)
-        grad_reset = grad_new * h_n * reset * (1 - reset)
+        # sigmoid_backward(g, y) = g y (1 - y) and tanh_backward(g, y) = g (1 - y^2), one kernel each
+        grad_kept = grad * update  # dL/dh through h' = z h + (1 - z) n
+        grad_update = torch.ops.aten.sigmoid_backward(grad * (hidden - new), update)  # through z = sigmoid(.)
+        grad_new = torch.ops.aten.tanh_backward(grad - grad_kept, new)  # through n = tanh(.)
+        grad_reset = torch.ops.aten.sigmoid_backward(grad_new * h_n, reset)
         input_grad = torch.cat([grad_reset, grad_update, grad_new], dim=-1)
         hidden_gates_grad = torch.cat([grad_reset, grad_update, grad_new * reset], dim=-1)
-        return input_grad, hidden_gates_grad, grad * update
+        return input_grad, hidden_gates_grad, grad_kept
 
 
 def gru_update(input_gates: torch.Tensor, hidden_gates: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """One GRU step from its gates' pre-activations W_i x + b_i (B, 3H) and W_h h + b_h (B, 3H)."""
     return _GRUUpdate.apply(input_gates, hidden_gates, hidden)
+
+
+def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """x (B, T, D) with each row's first lengths[b] positions reversed, the rest in place
+    (an involution: applying it twice gives x back)."""
+    steps = torch.arange(x.size(1), device=x.device)
+    last = (lengths.to(x.device) - 1).unsqueeze(1)
+    index = torch.where(steps < last + 1, last - steps, steps)  # (B, T)
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+def _both_directions(rnn: torch.nn.GRU, name: str, layer: int):
+    """rnn's parameter ``name`` of ``layer`` for the forward and the backward direction."""
+    return getattr(rnn, f"{name}_l{layer}"), getattr(rnn, f"{name}_l{layer}_reverse")
+
+
+def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor):
+    """What ``rnn(pack_padded_sequence(x, lengths))`` computes, for a batch-first bidirectional
+    ``nn.GRU`` and right-padded x (B, T, D): outputs (B, T, 2H), zero past each row's length, and
+    the final states (layers * 2, B, H), with rnn's own parameters.
+
+    The backward direction runs forward over each row reversed within its length, so both
+    directions step through the same padded time axis together: per step one batched product
+    W_hh h + b_hh for the two directions and one GRU update node, the input gates W_ih x + b_ih of
+    every step computed before the loop.  A packed ``nn.GRU`` on the CPU slices its batch and
+    records about ten autograd nodes per step and direction."""
+    batch, width, _ = x.shape
+    real = (torch.arange(width, device=x.device) < lengths.to(x.device).unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
+    last = (lengths.to(x.device) - 1).view(1, batch, 1)
+    finals = []
+    for layer in range(rnn.num_layers):
+        forward_ih, backward_ih = _both_directions(rnn, "weight_ih", layer)
+        forward_bias, backward_bias = _both_directions(rnn, "bias_ih", layer)
+        backward_input = reverse_within_lengths(x, lengths)
+        input_gates = torch.stack(
+            [F.linear(x, forward_ih, forward_bias), F.linear(backward_input, backward_ih, backward_bias)]
+        )  # (2, B, T, 3H)
+        hidden_weight = torch.stack(_both_directions(rnn, "weight_hh", layer)).transpose(1, 2)  # (2, H, 3H)
+        hidden_bias = torch.stack(_both_directions(rnn, "bias_hh", layer)).unsqueeze(1)  # (2, 1, 3H)
+        hidden = x.new_zeros(2, batch, rnn.hidden_size)
+        states = []
+        for gates in input_gates.unbind(2):
+            hidden = gru_update(gates, torch.baddbmm(hidden_bias, hidden, hidden_weight), hidden)
+            states.append(hidden)
+        states = torch.stack(states, dim=2)  # (2, B, T, H)
+        finals.append(states.gather(2, last.unsqueeze(-1).expand(2, batch, 1, rnn.hidden_size)).squeeze(2))
+        x = torch.cat([states[0], reverse_within_lengths(states[1], lengths)], dim=-1) * real
+    return x, torch.cat(finals)
