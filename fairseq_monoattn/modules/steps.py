@@ -57,8 +57,8 @@ class MonoStep(StepActivation):
         self.gate_logit = nn.Parameter(torch.tensor(float(settings.mono_gate_init)))  # p
 
     def forward(self, rho: torch.Tensor) -> torch.Tensor:
-        s = torch.sigmoid(self.gate_logit)
-        return s * F.relu(rho) + (1 - s) * torch.sigmoid(self.temperature * rho)
+        bounded = torch.sigmoid(self.temperature * rho)
+        return bounded + torch.sigmoid(self.gate_logit) * (F.relu(rho) - bounded)  # = s ReLU + (1 - s) sigmoid
 
 
 @register_step_activation("relu")
