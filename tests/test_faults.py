@@ -16,6 +16,7 @@ import torch
 from fairseq_cli_helpers import TINY, run_command, tiny_spec, with_tiny_data, write_copy_dataset
 
 from fairseq_monoattn.experiments.runs import run
+from fairseq_monoattn.models.presets import PRESETS
 
 BIN = Path(sys.executable).parent
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -348,16 +349,11 @@ def long_copy(tmp_path_factory):
     return out
 
 
-def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy):
-    """Decoded in float64 (the scorer's default) in batches of 1, 7 and 256, every preset gives the
-    same greedy output for each of 60 length-37 inputs, and the same accuracy."""
+@pytest.fixture(scope="module")
+def long_copy_task(long_copy):
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
-    from model_helpers import build
 
-    from fairseq_monoattn.models.presets import PRESETS
-    from fairseq_monoattn.scoring import score_split
-
-    task = TranslationTask.setup_task(
+    return TranslationTask.setup_task(
         TranslationConfig(
             data=str(long_copy / "bin"),
             source_lang="src",
@@ -367,11 +363,21 @@ def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy):
             required_seq_len_multiple=1,
         )  # fmt: skip
     )
-    for arch in PRESETS:
-        model = build(arch, task.target_dictionary, seed=7).eval().to(torch.float64)
-        runs = {size: score_split([model], task, "test37", batch_size=size)[:2] for size in (1, 7, 256)}
-        assert runs[1][1] == runs[7][1] == runs[256][1], arch
-        assert runs[1][0] == runs[7][0] == runs[256][0], arch
+
+
+@pytest.mark.parametrize("arch", sorted(PRESETS))
+def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy_task, arch):
+    """Decoded in float64 (the scorer's default) in batches of 1, 7 and 256, every preset gives the
+    same greedy output for each of 60 length-37 inputs, and the same accuracy."""
+    from model_helpers import build
+
+    from fairseq_monoattn.scoring import score_split
+
+    task = long_copy_task
+    model = build(arch, task.target_dictionary, seed=7).eval().to(torch.float64)
+    runs = {size: score_split([model], task, "test37", batch_size=size)[:2] for size in (1, 7, 256)}
+    assert runs[1][1] == runs[7][1] == runs[256][1]
+    assert runs[1][0] == runs[7][0] == runs[256][0]
 
 
 def test_float32_rounding_depends_on_the_padded_width_and_float64_shrinks_it():
