@@ -10,6 +10,8 @@ location focus alone, or mixed with content scores), so the choices are options:
   content scores into it if they mix), or ``none`` (the plain Transformer);
 * ``--direction-gate``: the location layers read g e + (1 - g) reverse(e), g from the mean of
   the encoder's outputs;
+* ``--decoder-self-attention-window K``: each decoder position attends to itself and the K - 1
+  positions before it (0: all of them, fairseq's decoder); L layers together see L (K - 1) back;
 * the positional encodings are fairseq's options (sinusoidal by default, ``--encoder-learned-pos``,
   ``--decoder-learned-pos``, ``--no-token-positional-embeddings``); fairseq 0.12's Transformer has
   no relative position encoding.
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import TransformerDecoder, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from torch import nn
 
@@ -139,6 +141,44 @@ class LocationEncoderAttention(nn.Module):
         return incremental_state
 
 
+class LocationTransformerDecoder(TransformerDecoder):
+    """fairseq's Transformer decoder whose self-attention may look back a limited window: position
+    i attends to positions i - K + 1 .. i (K = ``--decoder-self-attention-window``; 0: no limit)."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
+        self.self_attention_window = args.decoder_self_attention_window
+
+    def buffered_future_mask(self, tensor):
+        """The full pass's mask: fairseq's causal one, and -inf where j <= i - K."""
+        mask = super().buffered_future_mask(tensor)
+        if not self.self_attention_window:
+            return mask
+        steps = torch.arange(mask.size(0), device=mask.device)
+        too_old = steps.unsqueeze(1) - steps.unsqueeze(0) >= self.self_attention_window
+        return mask.masked_fill(too_old, float("-inf"))
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        if incremental_state is not None and self.self_attention_window:
+            self.forget_old_steps(incremental_state)
+        return super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+
+    def forget_old_steps(self, incremental_state) -> None:
+        """Incremental decoding: keep the last K - 1 steps' keys and values of every self-attention,
+        so the step about to be decoded attends to them and to itself, as in the full pass."""
+        keep = self.self_attention_window - 1
+        for layer in self.layers:
+            saved = layer.self_attn._get_input_buffer(incremental_state)
+            if "prev_key" not in saved or saved["prev_key"] is None or saved["prev_key"].size(2) <= keep:
+                continue
+            for name in ("prev_key", "prev_value"):
+                saved[name] = saved[name][:, :, saved[name].size(2) - keep :]
+            if saved.get("prev_key_padding_mask") is not None:
+                mask = saved["prev_key_padding_mask"]
+                saved["prev_key_padding_mask"] = mask[:, mask.size(1) - keep :]
+            layer.self_attn._set_input_buffer(incremental_state, saved)
+
+
 def location_layer_indices(layers: int, which: str):
     return {"none": [], "last": [layers - 1], "all": list(range(layers)), "shared": list(range(layers))}[which]
 
@@ -166,7 +206,15 @@ class TransformerMonoAttnModel(TransformerModel):
         group = parser.add_argument_group("location attention (fairseq_monoattn)")
         group.add_argument("--location-layers", choices=LOCATION_LAYERS, help="decoder layers with location "
                            "attention: the last, all (a focus each), shared (all, one focus), none")  # fmt: skip
+        group.add_argument("--decoder-self-attention-window", type=int, metavar="K",
+                           help="self-attention over the last K decoder positions (0: all)")  # fmt: skip
         add_option_arguments(group, parse_bool, only=set(attention_options()))
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return LocationTransformerDecoder(
+            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -184,6 +232,13 @@ def location_defaults(args: Namespace) -> None:
             setattr(args, name, value)
     if getattr(args, "location_layers", None) is None:
         args.location_layers = "last"
+    if getattr(args, "decoder_self_attention_window", None) is None:
+        args.decoder_self_attention_window = 0
+    if args.decoder_self_attention_window < 0:
+        raise ValueError(
+            f"--decoder-self-attention-window must be 0 (no limit) or a number of positions, got "
+            f"{args.decoder_self_attention_window}"
+        )
     args.attention_dim = args.decoder_embed_dim
     args.linear_init = getattr(args, "linear_init", "pytorch") or "pytorch"
     args.location_head_init = getattr(args, "location_head_init", "per-head") or "per-head"
