@@ -146,3 +146,8 @@ def test_a_self_attention_window_hides_older_steps_and_only_those():
     windowed = moved(model)
     assert (windowed[1:5] > 1e-4).all() and (windowed[5:] < 1e-6).all()
     assert (moved(build("transformer_small", D, seed=3).eval())[5:] > 1e-4).all()
+
+
+def test_a_negative_window_is_refused_by_name():
+    with pytest.raises(ValueError, match="--decoder-self-attention-window"):
+        build("transformer_small", D, seed=1, decoder_self_attention_window=-1)
