@@ -222,14 +222,16 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
 
 @pytest.mark.parametrize("layers", [1, 2])
 def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers):
-    from fairseq_monoattn.modules.gru import bidirectional_gru, reverse_within_lengths
+    from fairseq_monoattn.modules.gru import bidirectional_gru
+    from fairseq_monoattn.modules.positions import gather_positions, reversal_index
 
     torch.manual_seed(layers)
     rnn = torch.nn.GRU(6, 4, num_layers=layers, batch_first=True, bidirectional=True).double()
     lengths = torch.tensor([5, 2, 4, 1, 5])
     x = torch.randn(5, 5, 6, dtype=torch.float64, requires_grad=True)
-    assert torch.equal(reverse_within_lengths(reverse_within_lengths(x, lengths), lengths), x)
-    assert torch.equal(reverse_within_lengths(x, lengths)[1, :3], x[1, [1, 0, 2]])
+    reverse = reversal_index(lengths, 5)
+    assert torch.equal(gather_positions(gather_positions(x, reverse), reverse), x)
+    assert torch.equal(gather_positions(x, reverse)[1, :3], x[1, [1, 0, 2]])
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     packed_out, want_final = rnn(packed)
     want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=5)

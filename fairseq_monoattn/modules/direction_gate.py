@@ -7,7 +7,7 @@ e_dir = g * e + (1 - g) * reverse(e)            (reverse of the real positions o
 import torch
 from torch import nn
 
-from .positions import reversal_index
+from .positions import gather_positions, reversal_index
 
 
 class DirectionGate(nn.Module):
@@ -23,7 +23,6 @@ class DirectionGate(nn.Module):
     def forward(self, encodings: torch.Tensor, summary: torch.Tensor, lengths: torch.Tensor):
         """encodings (B, S, D) right-padded, summary (B, Ds), lengths (B,) -> (e_dir, g of shape (B,))."""
         gate = self.gate(summary)
-        index = reversal_index(lengths, encodings.size(1))
-        reversed_encodings = encodings.gather(1, index.unsqueeze(-1).expand_as(encodings))
+        reversed_encodings = gather_positions(encodings, reversal_index(lengths, encodings.size(1)))
         g = gate.view(-1, 1, 1)
         return g * encodings + (1 - g) * reversed_encodings, gate

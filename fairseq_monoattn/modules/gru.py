@@ -10,6 +10,8 @@ steps through its sources the same way (``bidirectional_gru``).
 import torch
 import torch.nn.functional as F
 
+from .positions import gather_positions, padding_mask, reversal_index
+
 
 class _GRUUpdate(torch.autograd.Function):
     """h' = (h - n) z + n with r = sigmoid(i_r + h_r), z = sigmoid(i_z + h_z),
@@ -43,15 +45,6 @@ def gru_update(input_gates: torch.Tensor, hidden_gates: torch.Tensor, hidden: to
     return _GRUUpdate.apply(input_gates, hidden_gates, hidden)
 
 
-def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """x (B, T, D) with each row's first lengths[b] positions reversed, the rest in place
-    (an involution: applying it twice gives x back)."""
-    steps = torch.arange(x.size(1), device=x.device)
-    last = (lengths.to(x.device) - 1).unsqueeze(1)
-    index = torch.where(steps < last + 1, last - steps, steps)  # (B, T)
-    return x.gather(1, index.unsqueeze(-1).expand_as(x))
-
-
 def _both_directions(rnn: torch.nn.GRU, name: str, layer: int):
     """rnn's parameter ``name`` of ``layer`` for the forward and the backward direction."""
     return getattr(rnn, f"{name}_l{layer}"), getattr(rnn, f"{name}_l{layer}_reverse")
@@ -68,13 +61,15 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor)
     every step computed before the loop.  A packed ``nn.GRU`` on the CPU slices its batch and
     records about ten autograd nodes per step and direction."""
     batch, width, _ = x.shape
-    real = (torch.arange(width, device=x.device) < lengths.to(x.device).unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
-    last = (lengths.to(x.device) - 1).view(1, batch, 1)
+    lengths = lengths.to(x.device)
+    real = ~padding_mask(lengths, width).unsqueeze(-1)  # (B, T, 1)
+    reverse = reversal_index(lengths, width)  # the backward direction's order of each row
+    last = (lengths - 1).view(1, batch, 1)
     finals = []
     for layer in range(rnn.num_layers):
         forward_ih, backward_ih = _both_directions(rnn, "weight_ih", layer)
         forward_bias, backward_bias = _both_directions(rnn, "bias_ih", layer)
-        backward_input = reverse_within_lengths(x, lengths)
+        backward_input = gather_positions(x, reverse)
         input_gates = torch.stack(
             [F.linear(x, forward_ih, forward_bias), F.linear(backward_input, backward_ih, backward_bias)]
         )  # (2, B, T, 3H)
@@ -87,5 +82,5 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor)
             states.append(hidden)
         states = torch.stack(states, dim=2)  # (2, B, T, H)
         finals.append(states.gather(2, last.unsqueeze(-1).expand(2, batch, 1, rnn.hidden_size)).squeeze(2))
-        x = torch.cat([states[0], reverse_within_lengths(states[1], lengths)], dim=-1) * real
+        x = torch.cat([states[0], gather_positions(states[1], reverse)], dim=-1) * real
     return x, torch.cat(finals)

@@ -31,6 +31,11 @@ def reversal_index(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return torch.where(index < lengths.unsqueeze(1), reversed_index, index)
 
 
+def gather_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, T, D) with its positions taken in the order of ``index`` (B, T), e.g. reversal_index's."""
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
 def sinusoid(positions: torch.Tensor, dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Fixed sinusoidal embedding [sin(p w_j), cos(p w_j)], w_j = 10000^(-2j/dim).
 
