@@ -290,6 +290,12 @@ def generate_tally(data, checkpoint, tmp_path) -> Tally:
 
 def constant_output_validation(data, batch_indices, emit="<unk>", print_samples=False):
     """valid_step on batches, with a model whose argmax is always the token `emit`."""
+    valid, logs, _ = validation_with_parts(data, batch_indices, emit, print_samples)
+    return valid, logs
+
+
+def validation_with_parts(data, batch_indices, emit="<unk>", print_samples=False):
+    """constant_output_validation's (valid, logging outputs) and (task, model, criterion)."""
     cfg = parsed(
         data,
         [
@@ -311,9 +317,10 @@ def constant_output_validation(data, batch_indices, emit="<unk>", print_samples=
     valid = task.dataset("valid")
     task.begin_valid_epoch(1, model)
     with torch.no_grad():
-        return valid, [
+        logs = [
             task.valid_step(valid.collater([valid[i] for i in indices]), model, seq_acc)[2] for indices in batch_indices
         ]
+    return valid, logs, (task, model, seq_acc)
 
 
 def test_greedy_decoding_stops_one_token_after_the_longest_target_of_the_batch(tiny_copy):
@@ -339,6 +346,34 @@ def test_print_samples_logs_three_pairs_per_validation(tiny_copy, caplog):
         constant_output_validation(tiny_copy, [[0, 1], [2, 3, 4]], print_samples=True)
     printed = [r.getMessage() for r in caplog.records if "greedy hypothesis" in r.getMessage()]
     assert len(printed) == 3 and printed[0].endswith("<unk> </s>")
+
+
+def test_validation_logs_the_direction_gate_of_every_source(tiny_copy):
+    """_gate_sum / _gate_forward / _gate_total are sum(g), #(g > 0.5) and #sources of the
+    model's own gate, per batch; reduced, the mean g and the percent read forward."""
+    batches = [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
+    valid, logs, (task, model, seq_acc) = validation_with_parts(tiny_copy, batches)
+    gates = []
+    for indices, log in zip(batches, logs):
+        sample = valid.collater([valid[i] for i in indices])
+        with torch.no_grad():
+            gate = model.direction_gate(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]).double()
+        gates.append(gate)
+        assert log["_gate_total"] == len(indices) and log["_gate_forward"] == int((gate > 0.5).sum())
+        assert log["_gate_sum"] == pytest.approx(gate.sum().item(), rel=1e-12)
+    everything = torch.cat(gates)
+    with metrics.aggregate() as aggregated:
+        task.reduce_metrics(logs, seq_acc)
+    values = aggregated.get_smoothed_values()
+    assert values["direction_gate"] == round(everything.mean().item(), 3)
+    assert values["reads_forward"] == round(100.0 * (everything > 0.5).double().mean().item(), 3)
+
+
+def test_validation_logs_the_direction_gate_each_epoch(greedy_run):
+    _, stats = greedy_run
+    gates = valid_values(stats, "direction_gate")
+    assert len(gates) == len(stats["valid"]) and all(0.0 <= g <= 1.0 for g in gates)
+    assert all(0.0 <= share <= 100.0 for share in valid_values(stats, "reads_forward"))
 
 
 def test_every_valid_example_is_scored(greedy_run):

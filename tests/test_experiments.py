@@ -103,6 +103,7 @@ def test_a_run_trains_scores_and_records(finished):
         assert set(counts) == set(RECORDED_SCORES)
         assert counts["correct"] + counts["cut_short"] + counts["overran"] <= counts["size"]
     assert record["epochs_run"] == 2 and len(record["valid_accuracy"]) == 2
+    assert len(record["valid_direction_gate"]) == 2 and all(0 <= g <= 1 for g in record["valid_direction_gate"])
     assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert len(record["training_threads"]) == 1 and record["training_threads"][0] >= 1  # one part, not resumed
     assert record["best_valid_accuracy"] == max(record["valid_accuracy"])

@@ -415,6 +415,10 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "best_epoch": best.get("epoch"),
         "best_valid_accuracy": best.get("accuracy"),
         "valid_accuracy": [h.get("accuracy") for h in history],
+        # mean direction gate g over the valid sources each epoch (None: no gate, or an older log)
+        "valid_direction_gate": [h.get("direction_gate") for h in history]
+        if any("direction_gate" in h for h in history)
+        else None,
         "stopped_early": stop_reason(run_dir / "train.log"),
         "training_seconds": round(timing.get("training_seconds", 0.0), 1),
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),

@@ -13,7 +13,10 @@ options) with defaults that never drop long examples and greedy exact-match vali
   of outputs equal to the target, EOS included) and ``edit_distance`` (mean, NLTK), both from
   counts summed over batches and workers.  Select checkpoints on it with
   ``--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric``; checkpoint_best.pt,
-  ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.
+  ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.  A model with a
+  direction gate also logs ``direction_gate`` (the mean gate g over the validation sources: 1
+  reads the encodings forward, 0 reversed) and ``reads_forward`` (percent of sources with
+  g > 0.5), so a run's log shows when the reading direction settles.
 """
 
 import functools
@@ -44,6 +47,8 @@ SAMPLES_TO_PRINT = 3
 
 # logging-output key -> hidden meter summed over batches and workers
 GREEDY_COUNTS = {"_acc_correct": "correct", "_acc_total": "size", "_acc_edit_distance": "edit_distance"}
+# logging-output keys of the direction gate over the validation sources: sum of g, count of g > 0.5, count
+GATE_COUNTS = ("_gate_sum", "_gate_forward", "_gate_total")
 MAXIMIZED = {"accuracy", "exact_match", "token_acc"}
 MINIMIZED = {"loss", "nll_loss", "ppl", "edit_distance"}
 
@@ -301,6 +306,7 @@ class LengthGeneralizationTask(TranslationTask):
         if self.cfg.eval_accuracy:
             tally = self.greedy_tally(sample, model)
             logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
+            logging_output.update(direction_gate_counts(sample, model))
         return loss, sample_size, logging_output
 
     def greedy_tally(self, sample, model) -> Tally:
@@ -339,3 +345,23 @@ class LengthGeneralizationTask(TranslationTask):
         metrics.log_derived("accuracy", lambda m: summed_ratio(m, "_acc_correct", "_acc_total", 100.0))
         metrics.log_derived("edit_distance", lambda m: summed_ratio(m, "_acc_edit_distance", "_acc_total"))
         metrics.log_derived("acc_total", lambda m: m["_acc_total"].sum)  # examples scored, all of valid
+        if any("_gate_total" in log for log in logging_outputs):
+            for key in GATE_COUNTS:
+                metrics.log_scalar_sum(key, utils.item(sum(log.get(key, 0) for log in logging_outputs)))
+            # direction_gate = mean g; reads_forward = 100 * #(g > 0.5) / #sources
+            metrics.log_derived("direction_gate", lambda m: summed_ratio(m, "_gate_sum", "_gate_total"))
+            metrics.log_derived("reads_forward", lambda m: summed_ratio(m, "_gate_forward", "_gate_total", 100.0))
+
+
+def direction_gate_counts(sample, model) -> dict:
+    """The direction gate's counts (GATE_COUNTS) over a batch's sources, or {} for a model
+    without a gate."""
+    gate_of = getattr(model, "direction_gate", None)
+    if gate_of is None:
+        return {}
+    net_input = sample["net_input"]
+    gate = gate_of(net_input["src_tokens"], net_input["src_lengths"])
+    if gate is None:
+        return {}
+    gate = gate.detach().double()
+    return {"_gate_sum": gate.sum().item(), "_gate_forward": int((gate > 0.5).sum()), "_gate_total": gate.numel()}
