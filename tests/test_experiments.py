@@ -777,6 +777,17 @@ def test_aggregate_tables_equal_a_recount_of_the_records():
     assert "9 runs" in text  # the other variant is not counted
 
 
+def test_aggregate_says_so_when_no_cell_is_in_the_paper():
+    """A model the paper did not run (here a Transformer preset) gets its tables, and no
+    "0 of 0 cells reproduce" line."""
+    records = [
+        record("recopy", "transformer_onestep", seed, {"test15": 100, "test30": 90, "test100": 0}) for seed in (1, 2)
+    ]
+    text = aggregate.render(records)
+    assert "0 of 0 cells" not in text and "None of these cells (task, model) is in the paper" in text
+    assert "| transformer_onestep | 2 | 100 | 90 | 0 |" in text
+
+
 def test_the_direction_table_counts_runs_reading_their_tasks_way():
     """g > 0.5 (median over the test splits, test_iid aside) reads forward; Copy is read forward
     and Reverse Lookup mirrored; PosRetrieve (no one way) and runs without a gate are not counted."""

@@ -310,15 +310,15 @@ def render(records: Sequence[dict], variant: str = DEFAULT_VARIANT, plots: Seque
         raise ValueError(f"no records of variant {variant!r}")
     cells = collect(chosen, variant)
     summary, totals = agreement_summary(cells)
-    parts = [
-        f"Generated from {len(chosen)} records. {budget_line(chosen)}",
-        "",
-        f"**{totals.get('agree', 0)} of {totals.get('compared', 0)} cells (task, model) reproduce the paper's "
-        f"verdict at every length** (solved >= 95, failed <= 5, partial otherwise; "
-        f"{totals.get('lengths_agree', 0)} of {totals.get('lengths', 0)} cell-lengths).",
-        "",
-        summary,
-    ]
+    if totals.get("compared", 0):
+        agreement = (
+            f"**{totals.get('agree', 0)} of {totals['compared']} cells (task, model) reproduce the paper's "
+            f"verdict at every length** (solved >= 95, failed <= 5, partial otherwise; "
+            f"{totals.get('lengths_agree', 0)} of {totals.get('lengths', 0)} cell-lengths)."
+        )
+    else:
+        agreement = "None of these cells (task, model) is in the paper: there is no verdict to compare with."
+    parts = [f"Generated from {len(chosen)} records. {budget_line(chosen)}", "", agreement, "", summary]
     if plots:
         parts += [
             "",
