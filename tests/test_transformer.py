@@ -20,6 +20,8 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_locattn_like", {}),
     ("transformer_onestep", {"no_token_positional_embeddings": True, "decoder_self_attention_window": 3}),
     ("transformer_small", {"decoder_self_attention_window": 1}),
+    ("transformer_onestep", {"no_token_positional_embeddings": True, "decoder_recency_bias": 1.0}),
+    ("transformer_monoattn", {"decoder_self_attention_window": 3, "decoder_recency_bias": 0.5}),
 ]
 
 
@@ -151,3 +153,21 @@ def test_a_self_attention_window_hides_older_steps_and_only_those():
 def test_a_negative_window_is_refused_by_name():
     with pytest.raises(ValueError, match="--decoder-self-attention-window"):
         build("transformer_small", D, seed=1, decoder_self_attention_window=-1)
+
+
+def test_the_recency_bias_lowers_each_score_by_slope_times_distance():
+    """--decoder-recency-bias M: the full pass's self-attention mask is - M (i - j) for j <= i and
+    -inf after i (with a window K, also -inf where i - j >= K)."""
+    x = torch.zeros(5, 2, 8)
+    mask = build("transformer_small", D, seed=1, decoder_recency_bias=0.5).decoder.buffered_future_mask(x)
+    i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
+    assert torch.equal(mask[j <= i], -0.5 * (i - j)[j <= i].float()) and torch.isinf(mask[j > i]).all()
+    windowed = build("transformer_small", D, seed=1, decoder_recency_bias=0.5, decoder_self_attention_window=2)
+    mask = windowed.decoder.buffered_future_mask(x)
+    near = (j <= i) & (i - j < 2)
+    assert torch.equal(mask[near], -0.5 * (i - j)[near].float()) and torch.isinf(mask[~near]).all()
+
+
+def test_a_negative_recency_bias_is_refused_by_name():
+    with pytest.raises(ValueError, match="--decoder-recency-bias"):
+        build("transformer_small", D, seed=1, decoder_recency_bias=-1.0)

@@ -12,6 +12,9 @@ location focus alone, or mixed with content scores), so the choices are options:
   the encoder's outputs;
 * ``--decoder-self-attention-window K``: each decoder position attends to itself and the K - 1
   positions before it (0: all of them, fairseq's decoder); L layers together see L (K - 1) back;
+* ``--decoder-recency-bias M``: the decoder's self-attention score of position i for an earlier
+  position j loses M (i - j) (a linear bias on distance, as ALiBi's, one slope for every head;
+  0: none): positions by distance only, the same at every length;
 * the positional encodings are fairseq's options (sinusoidal by default, ``--encoder-learned-pos``,
   ``--decoder-learned-pos``, ``--no-token-positional-embeddings``); fairseq 0.12's Transformer has
   no relative position encoding.
@@ -148,15 +151,35 @@ class LocationTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.self_attention_window = args.decoder_self_attention_window
+        self.recency_bias = args.decoder_recency_bias
+        if self.recency_bias:
+            for layer in self.layers:
+                layer.self_attn.register_forward_pre_hook(self.recency_mask_for_one_step, with_kwargs=True)
 
     def buffered_future_mask(self, tensor):
-        """The full pass's mask: fairseq's causal one, and -inf where j <= i - K."""
+        """The full pass's mask: fairseq's causal one, -inf where j <= i - K, and - M (i - j)."""
         mask = super().buffered_future_mask(tensor)
-        if not self.self_attention_window:
+        if not self.self_attention_window and not self.recency_bias:
             return mask
         steps = torch.arange(mask.size(0), device=mask.device)
-        too_old = steps.unsqueeze(1) - steps.unsqueeze(0) >= self.self_attention_window
-        return mask.masked_fill(too_old, float("-inf"))
+        distance = steps.unsqueeze(1) - steps.unsqueeze(0)  # i - j
+        if self.recency_bias:
+            mask = mask - self.recency_bias * distance.clamp(min=0).to(mask.dtype)
+        if self.self_attention_window:
+            mask = mask.masked_fill(distance >= self.self_attention_window, float("-inf"))
+        return mask
+
+    def recency_mask_for_one_step(self, attention, args, kwargs):
+        """Incremental decoding gives the self-attention no mask: the step being decoded attends to
+        the n keys kept in the state and its own, at distances n .. 0, so it gets - M (n .. 0)."""
+        state = kwargs.get("incremental_state")
+        if state is None or kwargs.get("attn_mask") is not None:
+            return None
+        query = kwargs["query"]
+        saved = attention._get_input_buffer(state)
+        kept = saved["prev_key"].size(2) if saved.get("prev_key") is not None else 0
+        distance = torch.arange(kept, -1, -1, device=query.device, dtype=query.dtype)
+        return args, dict(kwargs, attn_mask=-self.recency_bias * distance.unsqueeze(0))
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
         if incremental_state is not None and self.self_attention_window:
@@ -208,6 +231,8 @@ class TransformerMonoAttnModel(TransformerModel):
                            "attention: the last, all (a focus each), shared (all, one focus), none")  # fmt: skip
         group.add_argument("--decoder-self-attention-window", type=int, metavar="K",
                            help="self-attention over the last K decoder positions (0: all)")  # fmt: skip
+        group.add_argument("--decoder-recency-bias", type=float, metavar="M",
+                           help="subtract M (i - j) from decoder self-attention scores (0: none)")  # fmt: skip
         add_option_arguments(group, parse_bool, only=set(attention_options()))
 
     @classmethod
@@ -239,6 +264,10 @@ def location_defaults(args: Namespace) -> None:
             f"--decoder-self-attention-window must be 0 (no limit) or a number of positions, got "
             f"{args.decoder_self_attention_window}"
         )
+    if getattr(args, "decoder_recency_bias", None) is None:
+        args.decoder_recency_bias = 0.0
+    if args.decoder_recency_bias < 0:
+        raise ValueError(f"--decoder-recency-bias must be 0 (none) or positive, got {args.decoder_recency_bias}")
     args.attention_dim = args.decoder_embed_dim
     args.linear_init = getattr(args, "linear_init", "pytorch") or "pytorch"
     args.location_head_init = getattr(args, "location_head_init", "per-head") or "per-head"
