@@ -171,3 +171,21 @@ def test_the_recency_bias_lowers_each_score_by_slope_times_distance():
 def test_a_negative_recency_bias_is_refused_by_name():
     with pytest.raises(ValueError, match="--decoder-recency-bias"):
         build("transformer_small", D, seed=1, decoder_recency_bias=-1.0)
+
+
+def test_the_direction_gate_is_the_sigmoid_of_the_mean_encoding_whatever_the_padding():
+    """model.direction_gate (what validation logs): g = sigmoid(5 f(mean of the encoder's outputs
+    over real positions)), the same for a source alone as in a padded batch; None without a gate."""
+    model = build("transformer_onestep", D, seed=4).double().eval()
+    sample = batch(D, SOURCES, [list("1")] * len(SOURCES))
+    tokens, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+    with torch.no_grad():
+        gates = model.direction_gate(tokens, lengths)
+        gate_module = model.decoder.layers[-1].encoder_attn.attention.direction_gate
+        for row, source in enumerate(SOURCES):
+            alone = batch(D, [source], [list("1")])["net_input"]
+            encoded = model.encoder(alone["src_tokens"], src_lengths=alone["src_lengths"])["encoder_out"][0]
+            by_hand = torch.sigmoid(5.0 * gate_module.proj(encoded[:, 0].mean(dim=0)))
+            assert gates[row].item() == pytest.approx(by_hand.item(), abs=1e-12)
+    assert build("transformer_onestep", D, seed=4, direction_gate=False).direction_gate(tokens, lengths) is None
+    assert build("transformer_small", D, seed=4).direction_gate(tokens, lengths) is None

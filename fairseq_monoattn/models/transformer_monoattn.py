@@ -241,6 +241,21 @@ class TransformerMonoAttnModel(TransformerModel):
             args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
         )
 
+    def direction_gate(self, src_tokens, src_lengths=None) -> Optional[torch.Tensor]:
+        """The first location layer's direction gate g (B,) of each source (1: forward encodings,
+        0: reversed), or None without one (the task logs it at every validation)."""
+        gated = [
+            layer.encoder_attn
+            for layer in self.decoder.layers
+            if isinstance(layer.encoder_attn, LocationEncoderAttention)
+            and layer.encoder_attn.attention.direction_gate is not None
+        ]
+        if not gated:
+            return None
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        padding = encoder_out["encoder_padding_mask"]
+        return gated[0].prepare(encoder_out["encoder_out"][0], padding[0] if padding else None)["direction"]
+
     @classmethod
     def build_model(cls, args, task):
         location_defaults(args)
