@@ -945,15 +945,28 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"task": "copy", "plugin_preset": "gru_mix_onestep",
                                     "test_accuracy": dict(zip(splits, accuracies))}))  # fmt: skip
+    # a cell the release did not run: listed when the plugin differs from the paper (Copy OneStep:
+    # the paper solves it), left out when it agrees (Copy Content fails in both)
+    for arch, accuracies in (("gru_onestep", (0, 0, 0)), ("gru_content", (0, 0, 0))):
+        path = plugin / "copy" / arch / "default" / "seed1.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task": "copy", "arch": arch, "variant": "default", "seed": 1,
+                                    "splits": {s: {"accuracy": a} for s, a in zip(splits, accuracies)}}))  # fmt: skip
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 3
+    assert len(out) == 6
     paper = [paper_value("copy", "gru_mix_onestep", s) for s in splits]
     assert paper[0] < 50  # the paper reports this cell as failing: both runs here solve it
     cells = [c.strip() for c in out[2].strip("|").split("|")]
     assert cells[:2] == ["Copy", "gru_mix_onestep"]
     assert cells[3] == "100 / 99 / 98 (3)" and cells[4] == "100 / 100 / 98 (2)"
     assert cells[5] == "release and plugin"
+    cells = [c.strip() for c in out[3].strip("|").split("|")]
+    assert cells[:2] == ["Copy", "gru_onestep"] and cells[3] == "not run" and cells[5] == "plugin"
+    assert out[5] == (
+        "Of the 2 cells whose plugin records differ from the paper, the release ran 1: it differs from "
+        "the paper too in 1, agrees with it in 0; 1 not run."
+    )
 
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1

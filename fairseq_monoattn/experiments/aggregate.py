@@ -397,8 +397,10 @@ def read_release_records(folder: Path) -> List[dict]:
 
 
 def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> str:
-    """Markdown: every cell the release ran, the paper's value, the release's median and the
-    plugin's (default variant) at the paper's lengths, and whose verdict differs from the paper's."""
+    """Markdown: every cell the release ran and every cell whose plugin records (default variant)
+    differ from the paper, with the paper's value, the release's median ("not run" without release
+    records) and the plugin's at the paper's lengths, and whose verdict differs from the paper's;
+    then how the disagreeing cells divide."""
     plugin = collect(records)
     by_cell: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
     for record in release_records:
@@ -408,22 +410,42 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
         "| differs from the paper |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for (task, arch), runs in sorted(by_cell.items(), key=lambda item: (table_order(item[0][0]), item[0][1])):
+    rows, counts = [], defaultdict(int)
+    probing = {key for key in plugin if not is_mean_std(key[0])}  # SCAN and CFQ: means ± std, not verdicts
+    for task, arch in set(by_cell) | probing:
         splits = list(TASKS[task].paper_splits) if task in TASKS else []
         paper = [paper_value(task, arch, s) for s in splits]
+        runs = by_cell.get((task, arch), [])
         theirs = [statistics.median(r["test_accuracy"][s] for r in runs)
-                  if all(s in r["test_accuracy"] for r in runs) else None for s in splits]  # fmt: skip
+                  if runs and all(s in r["test_accuracy"] for r in runs) else None for s in splits]  # fmt: skip
         cell = plugin.get((task, arch))
         ours = [cell.summary(s) if cell else None for s in splits]
 
         def differs(values, paper=paper):
             return any(v is not None and p is not None and verdict(v) != verdict(p) for v, p in zip(values, paper))
 
+        plugin_differs = differs(ours)
+        if not runs and not plugin_differs:
+            continue
         who = [name for name, values in (("release", theirs), ("plugin", ours)) if differs(values)]
-        lines.append(f"| {title(task)} | {arch} | {' / '.join(fmt(p) for p in paper)} | "
-                     f"{' / '.join(fmt(v) for v in theirs)} ({len(runs)}) | "
-                     f"{' / '.join(fmt(v) for v in ours)} ({len(cell.records) if cell else 0}) | "
-                     f"{' and '.join(who) or 'neither'} |")  # fmt: skip
+        if plugin_differs:
+            counts["plugin differs"] += 1
+            if runs:
+                counts["release run"] += 1
+                counts["release differs too" if differs(theirs) else "release agrees"] += 1
+            else:
+                counts["release not run"] += 1
+        released = f"{' / '.join(fmt(v) for v in theirs)} ({len(runs)})" if runs else "not run"
+        rows.append(((table_order(task), arch), f"| {title(task)} | {arch} | {' / '.join(fmt(p) for p in paper)} | "
+                     f"{released} | {' / '.join(fmt(v) for v in ours)} ({len(cell.records) if cell else 0}) | "
+                     f"{' and '.join(who) or 'neither'} |"))  # fmt: skip
+    lines += [row for _, row in sorted(rows)]
+    lines += [
+        "",
+        f"Of the {counts['plugin differs']} cells whose plugin records differ from the paper, the release "
+        f"ran {counts['release run']}: it differs from the paper too in {counts['release differs too']}, "
+        f"agrees with it in {counts['release agrees']}; {counts['release not run']} not run.",
+    ]
     return "\n".join(lines)
 
 
