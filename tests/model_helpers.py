@@ -23,6 +23,7 @@ def location_attention(
     location_normalization="softmax",
     clamp_slope=None,
     sigma_min=0.27,
+    dwell_count=False,
     **settings,
 ):
     """A LocationAttention from registry names (``settings``: the entries' own options)."""
@@ -32,6 +33,7 @@ def location_attention(
         NORMALIZATIONS.build(location_normalization, settings),
         sigma_min=sigma_min,
         clamp_slope=clamp_slope,
+        dwell_count=dwell_count,
     )
 
 

@@ -30,6 +30,31 @@ def test_padding_invariance(arch):
     assert_padding_invariant(build(arch, D, seed=2), D, SOURCES)
 
 
+def with_dwell_count(arch, seed, **options):
+    """``arch`` with --dwell-count and a dwell weight away from its initial 0 (at 0 the count is read
+    but changes nothing)."""
+    model = build(arch, D, seed=seed, dwell_count=True, **options)
+    with torch.no_grad():
+        model.decoder.attention.location.dwell_weight.fill_(-0.6)
+    return model
+
+
+# (MonoAttn with its gate open, sigmoid(0): at its initial sigmoid(20) = 1 the step is ReLU(rho), 0 for
+# every rho < 0 whatever the count)
+@pytest.mark.parametrize(
+    "arch, options", [("gru_onestep", {}), ("gru_mix_monoattn_pr", {"mono_gate_init": 0.0}), ("gru_locattn", {})]
+)
+def test_a_dwell_count_decodes_incrementally_as_its_full_pass_and_ignores_padding(arch, options):
+    model = with_dwell_count(arch, 1, **options)
+    for beam in (1, 5):
+        assert_incremental_equals_full(model, D, SOURCES, beam)
+    assert_padding_invariant(with_dwell_count(arch, 2, **options), D, SOURCES)
+    # the count changes the function once its weight is not 0
+    sample = batch(D, SOURCES, SOURCES)
+    plain = build(arch, D, seed=1, dwell_count=True, **options)
+    assert not torch.allclose(model(**sample["net_input"])[0], plain(**sample["net_input"])[0])
+
+
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_attention_is_a_distribution_over_real_positions(arch):
     """Rows sum to 1 over [START, tokens, (</s>,) END] (with the softmax normalisation: the
@@ -60,15 +85,15 @@ def centres_and_references(model, sample, steps):
     encoder_out = model.encoder(**{k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"})
     memory, state = model.decoder._start_state(encoder_out)
     attention = model.decoder.attention
-    hidden, position, pairs = state["hidden"][-1], state["position"], []
+    hidden, location, pairs = state["hidden"][-1], state["location"], []
     g = torch.Generator().manual_seed(0)
     for t in range(1, steps + 1):
         hidden = torch.randn(hidden.shape, generator=g) * 3  # any decoder state
         _, heads, _ = attention.readout(hidden).split(attention.readout_sizes, dim=-1)
-        _, mu = attention.location(heads, position, memory, memory["padding_mask"], t)
-        _, _, new_position = attention(hidden, memory, position, t)
-        pairs.append((mu, position))
-        position = new_position
+        _, mu, _ = attention.location(heads, location["position"], memory, memory["padding_mask"], t)
+        _, _, new_location = attention(hidden, memory, location, t)
+        pairs.append((mu, location["position"]))
+        location = new_location
     return pairs
 
 

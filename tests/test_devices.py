@@ -121,7 +121,7 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
     encoder_out = model.encoder(**{k: v for k, v in far["net_input"].items() if k != "prev_output_tokens"})
     memory, state = model.decoder._start_state(encoder_out)
     heads = torch.tensor([[20.0, 0.0]], dtype=dtype)  # a ReLU step of 20 positions, the narrowest width
-    weights, _ = attention.location(heads, torch.tensor([1.0]), memory, memory["padding_mask"], step=3)
+    weights, _, _ = attention.location(heads, torch.tensor([1.0]), memory, memory["padding_mask"], step=3)
     assert not torch.isnan(weights).any()
     if normalization == "softmax":
         assert weights[0].sum().item() == pytest.approx(1.0, abs=1e-6)
@@ -133,7 +133,7 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
     assert memory["positions"].dtype == torch.float32
     centre = torch.tensor([200 / 299])  # position 200 of 0..299
     step = torch.tensor([[0.0, 0.0]], dtype=dtype)  # no step, the narrowest width
-    weights, _ = attention.location(step, centre, memory, memory["padding_mask"], step=3)
+    weights, _, _ = attention.location(step, centre, memory, memory["padding_mask"], step=3)
     assert weights[0].argmax().item() == 200 and weights[0, 200].item() > 0.95
 
 

@@ -31,8 +31,8 @@ def test_sum_normalisation_equals_softmax_while_nothing_underflows():
     mask = padding_mask(lengths, 7)
     heads = torch.tensor([[0.3, 0.5], [-0.2, 1.0]])
     previous = torch.tensor([0.2, 0.5])
-    soft, mu_soft = location(location_normalization="softmax")(heads, previous, memory, mask, step=2)
-    summed, mu_sum = location(location_normalization="sum")(heads, previous, memory, mask, step=2)
+    soft, mu_soft, _ = location(location_normalization="softmax")(heads, previous, memory, mask, step=2)
+    summed, mu_sum, _ = location(location_normalization="sum")(heads, previous, memory, mask, step=2)
     assert torch.allclose(soft, summed, atol=1e-6) and torch.equal(mu_soft, mu_sum)
     assert summed[1, 5:].tolist() == [0.0, 0.0]
 
@@ -51,7 +51,8 @@ def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
         attention.readout.weight.zero_()
         attention.readout.bias.copy_(torch.tensor([20.0, 0.0]))  # rho = 20: ReLU step of 20 positions
     hidden = torch.zeros(2, 4, requires_grad=True)
-    context, weights, position = attention(hidden, memory, torch.tensor([1.0, 0.0]), step=3)
+    context, weights, state = attention(hidden, memory, {"position": torch.tensor([1.0, 0.0])}, step=3)
+    position = state["position"]
     assert weights[0].abs().sum().item() == 0.0 and context[0].abs().sum().item() == 0.0
     assert position[0].item() == 0.0  # back to START
     assert weights[1].sum().item() == pytest.approx(1.0) and weights[1].argmax().item() == 20
@@ -60,7 +61,9 @@ def test_sum_normalisation_underflows_far_past_the_end_and_resets_to_start():
     # the softmax normalisation never underflows: the focus sits on the last real position
     soft = CrossAttention(encoder_dim=6, query_dim=4, location=location(step_activation="relu"))
     soft.load_state_dict(attention.state_dict())
-    _, weights, position = soft(hidden, soft.prepare(torch.randn(2, 21, 6), None, lengths), torch.tensor([1.0, 0.0]), 3)
+    memory = soft.prepare(torch.randn(2, 21, 6), None, lengths)
+    _, weights, state = soft(hidden, memory, {"position": torch.tensor([1.0, 0.0])}, 3)
+    position = state["position"]
     assert weights[0, 5].item() == pytest.approx(1.0) and position[0].item() == pytest.approx(1.0)
 
 
@@ -378,7 +381,7 @@ def test_the_step2_ablation_is_locattns_reference_with_its_clamp_and_joint_heads
     # every head saturated upwards: ref = sigmoid(g) * 0.9 + sigmoid(b) ~ 1.9, plus a step
     logits, previous = torch.full((2, 4), 30.0), torch.tensor([0.9, 0.9])
     memory = ablation.location.prepare(torch.tensor([5, 5]), 5)
-    _, mu = ablation.location(logits, previous, memory, torch.zeros(2, 5, dtype=torch.bool), step=2)
+    _, mu, _ = ablation.location(logits, previous, memory, torch.zeros(2, 5, dtype=torch.bool), step=2)
     unclamped = 0.9 + 1.0 + 1.0 / 4
     assert torch.allclose(mu, torch.full((2,), 1.0 + 0.01 * unclamped))
     for arch in ("gru_onestep", "gru_onestep_minus_step3", "gru_onestep_minus_sigmoid"):

@@ -104,7 +104,7 @@ def test_location_focus_matches_the_gaussian_equation():
     memory = module.prepare(lengths, 5)
     assert memory["step_size"].tolist() == [0.25]
     heads = _heads([100.0], [0.0])  # step = sigmoid(5 * 100) = 1, sigma raw 0
-    weights, mu = module(heads, torch.tensor([0.25]), memory, padding_mask(lengths, 5), step=2)
+    weights, mu, _ = module(heads, torch.tensor([0.25]), memory, padding_mask(lengths, 5), step=2)
     assert mu.item() == pytest.approx(0.5)  # pa 0.25 + one step of 1 / (5 - 1)
     sigma = 0.27 / 5
     positions = memory["positions"][0]
@@ -112,7 +112,7 @@ def test_location_focus_matches_the_gaussian_equation():
     assert weights[0].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
     # a wider focus: sigma = (ReLU(2) + 0.27) / 5, and padding gets nothing
     memory = module.prepare(torch.tensor([4]), 6)
-    weights, _ = module(_heads([100.0], [2.0]), torch.tensor([0.0]), memory, padding_mask(torch.tensor([4]), 6), 1)
+    weights, _, _ = module(_heads([100.0], [2.0]), torch.tensor([0.0]), memory, padding_mask(torch.tensor([4]), 6), 1)
     sigma = 2.27 / 4
     raw = torch.exp(-((torch.tensor([0, 1, 2, 3]) / 3 - 1 / 3) ** 2) / (2 * sigma**2))
     assert weights[0, :4].tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
@@ -126,13 +126,13 @@ def test_location_references_and_steps():
     previous = torch.tensor([0.3, 0.6])
     zeros = torch.zeros(2, 4)
     # LocAttn: ref = g * pa + b with g = sigmoid(0) = 1/2, b = sigmoid(0) = 1/2; softstair(0)
-    _, mu = _location("gated", "softstair", clamp=True)(zeros, previous, memory, mask, step=3)
+    _, mu, _ = _location("gated", "softstair", clamp=True)(zeros, previous, memory, mask, step=3)
     expected = 0.5 * previous + 0.5 + softstair(torch.tensor(0.0), 20.0) / 10
     assert mu.tolist() == pytest.approx(leaky_clamp(expected, 0.01).tolist(), abs=1e-6)
     # LocAttn S: the bias at step 1, the previous position afterwards
     initial = _location("initial-bias", "none")
-    _, first = initial(zeros[:, :3], previous, memory, mask, step=1)
-    _, later = initial(zeros[:, :3], previous, memory, mask, step=2)
+    _, first, _ = initial(zeros[:, :3], previous, memory, mask, step=1)
+    _, later, _ = initial(zeros[:, :3], previous, memory, mask, step=2)
     assert first.tolist() == pytest.approx([0.5, 0.5]) and later.tolist() == pytest.approx(previous.tolist())
     # Mono: s * ReLU(rho) + (1 - s) * sigmoid(5 rho), s = sigmoid(20) ~ 1 at initialisation
     mono = _location(step_activation="mono")
@@ -193,11 +193,12 @@ def test_pr_tracks_the_location_only_focus():
     e, lengths = torch.randn(2, 7, 6), torch.tensor([7, 4])
     h = torch.randn(2, 4)
     m1 = mixed.prepare(e, None, lengths)
-    ctx1, w1, p1 = mixed(h, m1, torch.zeros(2), 1)
-    ctx2, w2, p2 = pr(h, pr.prepare(e, None, lengths), torch.zeros(2), 1)
+    ctx1, w1, p1 = mixed(h, m1, {"position": torch.zeros(2)}, 1)
+    ctx2, w2, p2 = pr(h, pr.prepare(e, None, lengths), {"position": torch.zeros(2)}, 1)
+    p1, p2 = p1["position"], p2["position"]
     assert torch.equal(w1, w2) and torch.equal(ctx1, ctx2)  # same attention ...
     _, heads, mix_logit = mixed.readout(h).split(mixed.readout_sizes, dim=-1)
-    loc, _ = location(heads, torch.zeros(2), m1, m1["padding_mask"], 1)
+    loc, _, _ = location(heads, torch.zeros(2), m1, m1["padding_mask"], 1)
     assert torch.allclose(p2, (loc * m1["positions"]).sum(-1))  # ... PR reference = location focus
     assert torch.allclose(p1, (w1 * m1["positions"]).sum(-1))
     assert not torch.allclose(p1, p2)
@@ -285,3 +286,59 @@ def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient():
     plain = FocusNormalization.focus(focus, positions, mu, sigma, mask)  # the composed default
     assert torch.allclose(fused, plain, atol=1e-15) and fused[1, 4:].abs().sum() == 0
     assert torch.autograd.gradcheck(lambda m, s: focus.focus(positions, m, s, mask), (mu, sigma))
+
+
+def test_the_dwell_count_follows_its_recurrence_and_enters_the_step_logit():
+    """c_t = c_{t-1} (1 - clamp(s_t, 0, 1)) + 1, and s_t = act(rho_t + w c_{t-1})."""
+    module = location_attention(dwell_count=True)
+    assert module.counts_dwell and module.dwell_weight.item() == 0.0  # the paper's function at first
+    steps = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.25, 2.0, -1.0])
+    dwell, counts = torch.zeros(()), []
+    for s in steps:
+        dwell = module.next_dwell(dwell, s)
+        counts.append(dwell.item())
+    assert counts == pytest.approx([1, 2, 3, 1, 2, 2.5, 1, 2])
+    with torch.no_grad():
+        module.dwell_weight.fill_(-0.5)
+    lengths = torch.tensor([6, 6])
+    memory = module.prepare(lengths, 6)
+    heads, previous = torch.tensor([[0.3, 0.0], [0.3, 0.0]]), torch.tensor([0.2, 0.2])
+    _, mu, s = module(heads, previous, memory, padding_mask(lengths, 6), step=4, dwell=torch.tensor([0.0, 2.0]))
+    expected = torch.sigmoid(5 * (0.3 - 0.5 * torch.tensor([0.0, 2.0])))
+    assert s.tolist() == pytest.approx(expected.tolist())
+    assert mu.tolist() == pytest.approx((0.2 + expected / 5).tolist())
+    assert location_attention().dwell_weight is None  # without the option: no parameter, no count
+
+
+def test_with_a_dwell_count_one_linear_step_logit_writes_recopy_at_any_length():
+    """The count makes ReCopy (each digit d written k(d) = 1, 3 or 5 times) a threshold that does not
+    depend on the length: with the step logit -b (k(y_{t-1}) - 1/2) read off the digit just written and
+    a dwell weight w = b, rho + w c = b (c - k + 1/2): OneStep's focus stays on each digit until it has
+    been written k(d) times, then steps.
+    Fixed weights, teacher-forced as in training, reproduce the ReCopy output of 100 random digits."""
+    from fairseq_monoattn.data.digits import recopy
+
+    gain = 40.0
+    digits = [str(d) for d in torch.randint(0, 10, (100,), generator=torch.Generator().manual_seed(3)).tolist()]
+    target = recopy(digits)
+    copies = {str(d): 1 if d <= 3 else 3 if d <= 6 else 5 for d in range(10)}
+    length = len(digits) + 2  # START, the digits, END
+
+    def read_with(dwell_weight):
+        module = location_attention(step_activation="sigmoid", dwell_count=True, step_temperature=1.0)
+        with torch.no_grad():
+            module.dwell_weight.fill_(dwell_weight)
+        memory = module.prepare(torch.tensor([length]), length)
+        mask = padding_mask(torch.tensor([length]), length)
+        position, dwell, read = torch.zeros(1), torch.zeros(1), []
+        for t, previous in enumerate([None] + target[:-1], start=1):
+            # the first step leaves START whatever the count; later ones step once k(previous) copies are written
+            rho = torch.tensor([gain if previous is None else -gain * (copies[previous] - 0.5)])
+            heads = torch.stack([rho, torch.tensor([-10.0])], dim=1)  # the narrowest focus, sigma = 0.27 / L
+            weights, _, steps = module(heads, position, memory, mask, step=t, dwell=dwell)
+            position, dwell = (weights * memory["positions"]).sum(dim=-1), module.next_dwell(dwell, steps)
+            read.append(digits[weights[0].argmax().item() - 1])
+        return read
+
+    assert len(target) > 250 and read_with(gain) == target
+    assert set(read_with(0.0)) == {digits[0]}  # without the count the same logits never leave the first digit

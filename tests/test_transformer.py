@@ -22,6 +22,8 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_small", {"decoder_self_attention_window": 1}),
     ("transformer_onestep", {"no_token_positional_embeddings": True, "decoder_recency_bias": 1.0}),
     ("transformer_monoattn", {"decoder_self_attention_window": 3, "decoder_recency_bias": 0.5}),
+    ("transformer_onestep", {"no_token_positional_embeddings": True, "dwell_count": True}),
+    ("transformer_mix_onestep", {"location_layers": "shared", "dwell_count": True}),
 ]
 
 
@@ -29,7 +31,12 @@ def build_configuration(name, options, seed):
     if name == "transformer_locattn_like":  # LocAttn's reference and softstair steps, relative content mixed in
         options = dict(reference="gated", step_activation="softstair", clamp_center=True, attention_scoring="relative")
         name = "transformer_onestep"
-    return build(name, D, seed=seed, **options)
+    model = build(name, D, seed=seed, **options)
+    with torch.no_grad():  # a dwell weight away from its initial 0, where the count changes nothing
+        for module in model.modules():
+            if getattr(module, "dwell_weight", None) is not None:
+                module.dwell_weight.fill_(-0.6)
+    return model
 
 
 @pytest.mark.parametrize("name, options", CONFIGURATIONS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGURATIONS)])
@@ -78,26 +85,32 @@ def test_a_shared_focus_is_the_first_layers():
     assert torch.equal(focus[0], focus[1]) and torch.equal(focus[0], focus[2])
 
 
-def test_the_scan_over_steps_is_the_step_by_step_location_focus():
+@pytest.mark.parametrize(
+    "options, expected_state", [({}, ["position"]), ({"dwell_count": True}, ["position", "dwell"])], ids=["", "dwell"]
+)
+def test_the_scan_over_steps_is_the_step_by_step_location_focus(options, expected_state):
     """attend_all (every step's query at once, the Transformer's way) against attend (one step
     at a time, the GRU decoder's way) on the same readouts: the same weights, context and
-    positions, for a mixing, position-reference attention."""
-    model = build("gru_mix_monoattn_pr", D, seed=4, mono_gate_init=0.0).double()
+    positions (and dwell counts), for a mixing, position-reference attention."""
+    model = build("gru_mix_monoattn_pr", D, seed=4, mono_gate_init=0.0, **options).double()
     attention = model.decoder.attention
+    if attention.location.counts_dwell:
+        with torch.no_grad():
+            attention.location.dwell_weight.fill_(-0.8)
     g = torch.Generator().manual_seed(0)
     encodings = torch.randn(3, 9, 128, generator=g, dtype=torch.float64)
     lengths = torch.tensor([9, 4, 6])
     memory = attention.prepare(encodings, torch.randn(3, 128, generator=g, dtype=torch.float64), lengths)
     weight, bias, sizes = attention.step_readout()
     readout = torch.nn.functional.linear(torch.randn(3, 7, 128, generator=g, dtype=torch.float64), weight, bias)
-    context_all, weights_all, _, last = attention.attend_all(
-        readout, sizes, memory, attention.initial_position(memory), 1
-    )
-    position = attention.initial_position(memory)
+    context_all, weights_all, _, last = attention.attend_all(readout, sizes, memory, attention.initial_state(memory), 1)
+    state = attention.initial_state(memory)
     for t in range(7):
-        context, weights, position = attention.attend(readout[:, t], sizes, memory, position, t + 1)
+        context, weights, state = attention.attend(readout[:, t], sizes, memory, state, t + 1)
         assert torch.allclose(weights, weights_all[:, t], atol=1e-12) and torch.allclose(context, context_all[:, t])
-    assert torch.allclose(position, last, atol=1e-12)
+    assert state.keys() == last.keys() == set(expected_state)
+    for name in expected_state:
+        assert torch.allclose(state[name], last[name], atol=1e-12), name
 
 
 def test_alignments_are_the_location_weights_over_the_source_columns():

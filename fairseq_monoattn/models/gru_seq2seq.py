@@ -178,6 +178,7 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
             normalization=NORMALIZATIONS.build(cfg.location_normalization, cfg),
             sigma_min=cfg.sigma_min,
             clamp_slope=cfg.clamp_slope if cfg.clamp_center else None,
+            dwell_count=cfg.dwell_count,
         )
     scoring = SCORERS.check(cfg.attention_scoring)
     scorer = None if scoring == "none" else (lambda dim: SCORERS.build(scoring, cfg, dim=dim))
@@ -356,7 +357,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         )
         state = {"hidden": self.initial_hidden(summary)}
         if self.attention.tracks_position:
-            state["position"] = self.attention.initial_position(memory)
+            state["location"] = self.attention.initial_state(memory)
         return memory, state
 
     # -- forward -----------------------------------------------------------------------
@@ -378,7 +379,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         if memory is None:
             memory, state = self._start_state(encoder_out)
         hidden = list(state["hidden"].unbind(0))
-        position = state.get("position")
+        location = state.get("location")  # pa_{t-1} (and the dwell count), or None
         if self.start_index is not None and first_step == 1:  # y_0 = <s> instead of fairseq's </s>
             prev_output_tokens = torch.cat(
                 [
@@ -412,7 +413,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 read, hidden_gates = read.split([sum(sizes), cell.weight_hh.size(0)], dim=-1)
             else:
                 hidden_gates = F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
-            context, step_weights, position = self.attention.attend(read, sizes, memory, position, first_step + j)
+            context, step_weights, location = self.attention.attend(read, sizes, memory, location, first_step + j)
             hidden[0] = gru_update(context_map(context, gates), hidden_gates, hidden[0])
             for layer in range(1, self.num_layers):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])
@@ -420,8 +421,8 @@ class GRUDecoder(FairseqIncrementalDecoder):
             weights.append(step_weights)
         if incremental_state is not None:
             new_state = {"hidden": torch.stack(hidden)}
-            if position is not None:
-                new_state["position"] = position
+            if location is not None:
+                new_state["location"] = location
             self.set_incremental_state(incremental_state, "memory", memory)
             self.set_incremental_state(incremental_state, "state", new_state)
         features = self.dropout_out(torch.stack(outputs, dim=1))
@@ -442,8 +443,8 @@ class GRUDecoder(FairseqIncrementalDecoder):
         if state is None:
             return
         reordered = {"hidden": state["hidden"].index_select(1, new_order)}
-        if "position" in state:
-            reordered["position"] = state["position"].index_select(0, new_order)
+        if "location" in state:
+            reordered["location"] = {k: v.index_select(0, new_order) for k, v in state["location"].items()}
         self.set_incremental_state(incremental_state, "state", reordered)
         memory = self.get_incremental_state(incremental_state, "memory")
         if memory is not None and memory["values"].size(0) != new_order.numel():

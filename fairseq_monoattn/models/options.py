@@ -135,6 +135,11 @@ class GRUSeq2SeqOptions:
         "step/gate/bias vectors as one (d, k) tensor as the release's LocAttn",
         choices=LOCATION_HEAD_INITS,
     )
+    dwell_count: bool = option(
+        False,
+        "add w * c_{t-1} to the step logit, c the (soft) number of steps since the focus last stepped, w "
+        "learned: the location focus counts how long it has stayed on a position (beyond the paper)",
+    )
     sigma_min: float = option(0.27, "minimum width of the location focus", check=positive, requirement="> 0")
     clamp_slope: float = option(0.01, "leaky slope of the centre clamp", check=non_negative, requirement=">= 0")
     mix_temperature: float = option(5.0, "beta in the content/location mix")
@@ -162,6 +167,7 @@ LOCATION_OPTIONS = (
     "location_normalization",
     "location_projection",
     "location_head_init",
+    "dwell_count",
     "sigma_min",
     "clamp_slope",
 )

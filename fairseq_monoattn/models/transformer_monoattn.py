@@ -42,13 +42,14 @@ from .gru_seq2seq import build_cross_attention
 from .options import add_option_arguments, option_defaults, parse_bool
 
 MODEL_NAME = "transformer_location"
+STATE_PREFIX = "location."  # the location state's entries among a layer's incremental state
 LOCATION_LAYERS = ("none", "last", "all", "shared")
 # the options of the plugin's cross-attention this model takes (those of the GRU model that are
 # about the attention itself; the entries' own settings come with them)
 ATTENTION_OPTIONS = (
     "attention_scoring", "location_attention", "direction_gate", "reference", "step_activation", "clamp_center",
     "clamp_slope", "position_reference", "location_normalization", "location_projection", "sigma_min",
-    "mix_temperature", "direction_temperature", "attention_query_bias", "value_path",
+    "mix_temperature", "direction_temperature", "attention_query_bias", "value_path", "dwell_count",
 )  # fmt: skip
 
 
@@ -106,27 +107,28 @@ class LocationEncoderAttention(nn.Module):
     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """query (T, B, C), key = value = the encoder's outputs (S, B, C) -> (T, B, C) and the
         weights over the source's columns ((1, B, T, S) with need_head_weights, else (B, T, S))."""
-        memory, position, first_step = None, None, 1
+        memory, location, first_step = None, None, 1
         if incremental_state is not None:
             state = self.get_incremental_state(incremental_state, "location")
-            if state is not None:
-                memory = {k: v for k, v in state.items() if k not in ("position", "step")}
-                position, first_step = state.get("position"), int(state["step"]) + 1
+            if state is not None:  # the memory's tensors, "step", and the location state's as "location.NAME"
+                memory = {k: v for k, v in state.items() if k != "step" and not k.startswith(STATE_PREFIX)}
+                location = {k[len(STATE_PREFIX) :]: v for k, v in state.items() if k.startswith(STATE_PREFIX)}
+                first_step = int(state["step"]) + 1
         if memory is None:
             memory = self.prepare(key, key_padding_mask)
-            position = self.attention.initial_position(memory) if self.attention.tracks_position else None
+            location = self.attention.initial_state(memory) if self.attention.tracks_position else None
         weight, bias, sizes = self.attention.step_readout()
         readout = F.linear(query.transpose(0, 1), weight, bias)  # (B, T, R)
         given = self.shared.get("focus") if self.shared is not None and not self.leads else None
-        context, weights, focus, position = self.attention.attend_all(
-            readout, sizes, memory, position, first_step, location_focus=given
+        context, weights, focus, location = self.attention.attend_all(
+            readout, sizes, memory, location, first_step, location_focus=given
         )
         if self.shared is not None and self.leads:
             self.shared["focus"] = focus
         if incremental_state is not None:
             state = dict(memory, step=torch.tensor(first_step + query.size(0) - 1))
-            if position is not None:
-                state["position"] = position
+            for name, value in (location or {}).items():
+                state[STATE_PREFIX + name] = value
             self.set_incremental_state(incremental_state, "location", state)
         weights_out = None
         if need_weights or need_head_weights:

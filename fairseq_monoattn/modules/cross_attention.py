@@ -10,6 +10,9 @@
     context o_t = sum_i a_ti v_i;   pa_t = sum_i a_ti norm(i)
     (or, "position reference" PR, pa_t = sum_i lambda_ti norm(i): the location-only focus)
 
+What one step hands the next is the location state, {"position": pa_t} (and "dwell": c_t when the
+focus counts how long it stays, location.py), one number per sequence each.
+
 The paper's output map o_t = f_o(sum_i a_ti v_i) is folded into the values: attention
 weights sum to one (or to zero), so f_o(sum a v) = sum a f_o(v), computed once per sequence.
 Everything a step reads off h_{t-1} (q_t, l_t or the location heads, the mixing logit) comes
@@ -51,6 +54,7 @@ LOCATION_HEAD_INITS = ("per-head", "joint")
 VALUE_PATHS = ("folded", "two")
 
 Memory = Dict[str, torch.Tensor]
+LocationState = Dict[str, torch.Tensor]  # {"position": pa (B,)[, "dwell": c (B,)]}
 
 
 class CrossAttention(nn.Module):
@@ -199,9 +203,22 @@ class CrossAttention(nn.Module):
             memory.update(self.scorer.prepare(self.keys(encodings)))  # "keys" (and "key_bias")
         return memory
 
-    def initial_position(self, memory: Memory) -> torch.Tensor:
-        """pa_0 = 0: the first reference is the START position."""
-        return memory["positions"].new_zeros(memory["values"].size(0))
+    def initial_state(self, memory: Memory) -> LocationState:
+        """pa_0 = 0: the first reference is the START position (and c_0 = 0)."""
+        state = {"position": memory["positions"].new_zeros(memory["values"].size(0))}
+        if self.location.counts_dwell:
+            state["dwell"] = torch.zeros_like(state["position"])
+        return state
+
+    def next_state(
+        self, focus: torch.Tensor, memory: Memory, steps: Optional[torch.Tensor], state: LocationState
+    ) -> LocationState:
+        """The state after a step that attended ``focus`` (B, S) and stepped ``steps`` (B,) (None: the
+        focus came from elsewhere, the dwell count is kept)."""
+        new = {"position": (focus * memory["positions"]).sum(dim=-1)}
+        if "dwell" in state:
+            new["dwell"] = state["dwell"] if steps is None else self.location.next_dwell(state["dwell"], steps)
+        return new
 
     def step_readout(self) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
         """(weight, bias, sizes) of the one linear map a step reads off h_{t-1}: rows [query |
@@ -219,29 +236,30 @@ class CrossAttention(nn.Module):
         return weight, bias, [self.readout_sizes[0], heads.size(0), self.readout_sizes[2]]
 
     def forward(
-        self, hidden: torch.Tensor, memory: Memory, previous_position: Optional[torch.Tensor], step: int
-    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-        """hidden (B, Dq) = h_{t-1}; returns context (B, Da), weights (B, S), pa_t (B,) or None."""
+        self, hidden: torch.Tensor, memory: Memory, state: Optional[LocationState], step: int
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[LocationState]]:
+        """hidden (B, Dq) = h_{t-1}, the previous step's location state (None without location
+        attention); returns context (B, Da), weights (B, S) and the location state after the step."""
         weight, bias, sizes = self.step_readout()
-        return self.attend(F.linear(hidden, weight, bias), sizes, memory, previous_position, step)
+        return self.attend(F.linear(hidden, weight, bias), sizes, memory, state, step)
 
     def attend(
         self,
         readout: torch.Tensor,
         sizes: List[int],
         memory: Memory,
-        previous_position: Optional[torch.Tensor],
+        state: Optional[LocationState],
         step: int,
-    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[LocationState]]:
         """One step from the readout of h_{t-1} (``step_readout``'s map, computed by the caller,
         who may share its matrix product with other maps of h)."""
         mask = memory["padding_mask"]
         query, head_logits, mix_logit = readout.split(sizes, dim=-1)
-        content = location = None
+        content = location = steps = None
         if self.scorer is not None:
             content = self.scorer(query, memory, step).masked_fill(mask, float("-inf")).softmax(dim=-1)
         if self.location is not None:
-            location, _ = self.location(head_logits, previous_position, memory, mask, step)
+            location, _, steps = self.location(head_logits, state["position"], memory, mask, step, state.get("dwell"))
             location_focus = location  # in the positions' precision, for the next reference position
             location = location.to(memory["values"].dtype)
         if content is None:
@@ -252,27 +270,26 @@ class CrossAttention(nn.Module):
             m = torch.sigmoid(self.mix_temperature * mix_logit)
             weights = location + m * (content - location)  # = m * content + (1 - m) * location
         context = torch.bmm(weights.unsqueeze(1), memory["values"]).squeeze(1)
-        position = None
-        if self.location is not None:
-            focus = location_focus if self.position_reference == "location" else weights
-            position = (focus * memory["positions"]).sum(dim=-1)
-        return context, weights, position
+        if self.location is None:
+            return context, weights, None
+        focus = location_focus if self.position_reference == "location" else weights
+        return context, weights, self.next_state(focus, memory, steps, state)
 
     def attend_all(
         self,
         readout: torch.Tensor,
         sizes: List[int],
         memory: Memory,
-        previous_position: Optional[torch.Tensor],
+        state: Optional[LocationState],
         first_step: int,
         location_focus: Optional[torch.Tensor] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[LocationState]]:
         """Many steps at once, from their readouts (B, T, R), for a decoder that has every step's
         query before attending (a Transformer): content scores and the context for all steps in
         one product each; only the location focus runs step by step, since its reference is the
         position the previous step attended.  ``location_focus`` (B, T, S): another layer's focus
         to use instead of scanning one.  Returns the context (B, T, D), the weights (B, T, S), the
-        location focus (B, T, S) or None, and pa of the last step (B,) or None."""
+        location focus (B, T, S) or None, and the location state after the last step or None."""
         mask = memory["padding_mask"]
         query, head_logits, mix_logit = readout.split(sizes, dim=-1)
         content = None
@@ -283,17 +300,20 @@ class CrossAttention(nn.Module):
             return torch.bmm(content, memory["values"]), content, None, None
         mix = torch.sigmoid(self.mix_temperature * mix_logit) if content is not None else None
         values_type = memory["values"].dtype
-        weights, focuses, position = [], [], previous_position
+        weights, focuses = [], []
         for t in range(readout.size(1)):
+            steps = None
             if location_focus is None:
-                focus, _ = self.location(head_logits[:, t], position, memory, mask, first_step + t)
+                focus, _, steps = self.location(
+                    head_logits[:, t], state["position"], memory, mask, first_step + t, state.get("dwell")
+                )
             else:
                 focus = location_focus[:, t]
             location = focus.to(values_type)
             step_weights = location if content is None else location + mix[:, t] * (content[:, t] - location)
             reference = focus if self.position_reference == "location" else step_weights
-            position = (reference * memory["positions"]).sum(dim=-1)
+            state = self.next_state(reference, memory, steps, state)
             weights.append(step_weights)
             focuses.append(focus)
         weights_all = torch.stack(weights, dim=1)
-        return torch.bmm(weights_all, memory["values"]), weights_all, torch.stack(focuses, dim=1), position
+        return torch.bmm(weights_all, memory["values"]), weights_all, torch.stack(focuses, dim=1), state

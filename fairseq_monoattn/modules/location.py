@@ -3,10 +3,21 @@
 For decoder step t with location heads read off the query state h_{t-1} (the caller reads them,
 see cross_attention.py):
 
-    mu_t      = ref_t + act(rho_t) / max(1, L - 1)        one step = one source position
+    s_t       = act(rho_t + w c_{t-1})                    the step, in source positions
+    mu_t      = ref_t + s_t / max(1, L - 1)               one step = one source position
     mu_t      = clamp(mu_t)                               optional leaky clamp to [0, 1]
     sigma_t   = (ReLU(f_sigma) + sigma_min) / L
     lambda_t  = normalise( -(norm(i) - mu_t)^2 / (2 sigma_t^2) )   over real positions i
+
+With ``dwell_count`` the step logit also reads c_{t-1}, how many steps the focus has stayed where
+it is (w a learned scalar, 0 at first):
+
+    c_t       = c_{t-1} (1 - clamp(s_t, 0, 1)) + 1,   c_0 = 0
+
+(1 after a full step, one more for every step without one; soft in between).  Writing each source
+digit k times (ReCopy) then needs only a threshold on c: step when c >= k(d), a linear function of
+c and of the digit, the same at every length.  The paper's models have no such count: a GRU
+decoder can keep one in its state, a Transformer decoder has no state to keep it in.
 
 The three choices are modules of their own, each from a registry (``registry.py``): the
 reference position ref_t (``references.py``), the step activation act (``steps.py``) and the
@@ -42,8 +53,10 @@ class LocationAttention(nn.Module):
         normalization: FocusNormalization,
         sigma_min: float = 0.27,
         clamp_slope: Optional[float] = None,
+        dwell_count: bool = False,
     ):
-        """``clamp_slope``: leaky-clamp mu into [0, 1] with this slope outside, or None for no clamp."""
+        """``clamp_slope``: leaky-clamp mu into [0, 1] with this slope outside, or None for no clamp;
+        ``dwell_count``: the step logit reads how long the focus has stayed (see the module's docstring)."""
         super().__init__()
         self.reference = reference
         self.step = step
@@ -51,6 +64,7 @@ class LocationAttention(nn.Module):
         self.sigma_min = sigma_min
         self.clamp_slope = clamp_slope
         self.head_names: Tuple[str, ...] = ("step", "width") + tuple(reference.heads)
+        self.dwell_weight = nn.Parameter(torch.zeros(())) if dwell_count else None  # w
 
     @property
     def num_heads(self) -> int:
@@ -70,6 +84,10 @@ class LocationAttention(nn.Module):
             "lengths": lengths,
         }
 
+    @property
+    def counts_dwell(self) -> bool:
+        return self.dwell_weight is not None
+
     def forward(
         self,
         head_logits: torch.Tensor,
@@ -77,12 +95,23 @@ class LocationAttention(nn.Module):
         memory: Memory,
         padding_mask: torch.Tensor,
         step: int,
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        dwell: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """head_logits (B, num_heads), previous_position (B,), memory from prepare(), padding_mask
-        (B, S) -> weights (B, S) over real positions, and the centre mu (B,)."""
+        (B, S), dwell c_{t-1} (B,) (with ``dwell_count``) -> weights (B, S) over real positions, the
+        centre mu (B,) and the step s_t (B,), in source positions."""
         heads = self.split_heads(head_logits.to(memory["positions"].dtype))
-        mu = self.reference(heads, previous_position, step) + self.step(heads["step"]) * memory["step_size"]
+        rho = heads["step"]
+        if self.dwell_weight is not None:
+            rho = rho + self.dwell_weight * dwell
+        steps = self.step(rho)
+        mu = self.reference(heads, previous_position, step) + steps * memory["step_size"]
         if self.clamp_slope is not None:
             mu = leaky_clamp(mu, self.clamp_slope)
         sigma = (F.relu(heads["width"]) + self.sigma_min) / memory["lengths"]
-        return self.normalization.focus(memory["positions"], mu, sigma, padding_mask), mu
+        return self.normalization.focus(memory["positions"], mu, sigma, padding_mask), mu, steps
+
+    @staticmethod
+    def next_dwell(dwell: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        """c_t = c_{t-1} (1 - clamp(s_t, 0, 1)) + 1."""
+        return dwell * (1 - steps.clamp(0, 1)) + 1
