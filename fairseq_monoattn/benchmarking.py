@@ -76,12 +76,9 @@ def ensure_copy_data(root: Path) -> Path:
 # -- training ----------------------------------------------------------------------------
 
 
-def train_once(data_bin: Path, model_args, updates: int, interval: int):
-    """Run fairseq-train in a child process; return (median wps, peak RSS in MiB)."""
-    command = [
-        sys.executable,
-        "-m",
-        "fairseq_cli.train",
+def train_arguments(data_bin: Path, model_args, updates: int, interval: int) -> list:
+    """fairseq-train's arguments for a benchmark run: Adam, batches of 32, no validation or saving."""
+    return [
         str(data_bin),
         "--user-dir",
         str(PLUGIN_DIR),
@@ -108,6 +105,11 @@ def train_once(data_bin: Path, model_args, updates: int, interval: int):
         "--required-batch-size-multiple",
         "1",
     ]
+
+
+def train_once(data_bin: Path, model_args, updates: int, interval: int):
+    """Run fairseq-train in a child process; return (median wps, peak RSS in MiB)."""
+    command = [sys.executable, "-m", "fairseq_cli.train", *train_arguments(data_bin, model_args, updates, interval)]
     with tempfile.TemporaryFile("w+") as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(child.pid, 0)
@@ -123,6 +125,70 @@ def train_once(data_bin: Path, model_args, updates: int, interval: int):
     if len(wps) < 2:
         raise SystemExit(f"too few logged intervals ({len(wps)}); raise --updates")
     return statistics.median(wps[1:]), usage.ru_maxrss / 1024
+
+
+def timed_fairseq_train(argv) -> None:
+    """Run fairseq-train with ``argv`` in this process, timing where an update's time goes; print one
+    JSON line: milliseconds an update in fairseq's training loop (``loop``: data, logging and the
+    trainer), in ``Trainer.train_step`` (``trainer``: the update, gradient clipping, Adam, statistics)
+    and in the task's ``train_step`` (``model``: the model's forward and backward with the loss)."""
+    import fairseq.tasks.fairseq_task as fairseq_task
+    import fairseq.trainer as fairseq_trainer
+    import fairseq_cli.train as fairseq_train
+
+    spent = {"loop": 0.0, "trainer": 0.0, "model": 0.0, "updates": 0}
+
+    def timed(function, key, count=False):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            result = function(*args, **kwargs)
+            spent[key] += time.perf_counter() - start
+            spent["updates"] += count
+            return result
+
+        return wrapper
+
+    fairseq_train.train = timed(fairseq_train.train, "loop")
+    fairseq_trainer.Trainer.train_step = timed(fairseq_trainer.Trainer.train_step, "trainer", count=True)
+    fairseq_task.FairseqTask.train_step = timed(fairseq_task.FairseqTask.train_step, "model")
+    sys.argv = ["fairseq-train", *argv]
+    fairseq_train.cli_main()
+    updates = spent.pop("updates")
+    print("UPDATE-SPLIT " + json.dumps({key: 1e3 * value / updates for key, value in spent.items()}), flush=True)
+
+
+def update_split(data_bin: Path, model_args, updates: int) -> dict:
+    """``timed_fairseq_train`` of ``model_args`` in a child process, with the training options of
+    ``train_once``: {"loop", "trainer", "model"} in milliseconds an update."""
+    code = "import sys; from fairseq_monoattn import benchmarking; benchmarking.timed_fairseq_train(sys.argv[1:])"
+    command = [sys.executable, "-c", code, *train_arguments(data_bin, model_args, updates, interval=updates)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("UPDATE-SPLIT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"fairseq-train failed for {' '.join(model_args)}:\n{(done.stdout + done.stderr)[-3000:]}")
+    return json.loads(lines[-1][len("UPDATE-SPLIT ") :])
+
+
+def print_update_split(archs, data_bin: Path, updates: int) -> None:
+    """Where an update's time goes inside fairseq-train, for the reference model and each preset, and
+    what that leaves for speed-ups of the model: the ratio to the reference if the model's forward
+    and backward took no time at all, and the forward and backward a preset needs for 1.5x."""
+    print(f"\nwhere an update's time goes in fairseq-train ({updates} updates, milliseconds an update)")
+    print("| model | whole update (training loop) | in Trainer.train_step | of which forward and backward | the rest "
+          "| vs the reference with a free forward and backward | forward and backward for 1.5x |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    references = {}
+    for arch in archs:
+        kind = reference_args(arch)[1]
+        if kind not in references:
+            references[kind] = update_split(data_bin, reference_args(arch), updates)
+            ref = references[kind]
+            print(table_row([f"{kind} (fairseq)", f"{ref['loop']:.2f}", f"{ref['trainer']:.2f}", f"{ref['model']:.2f}",
+                             f"{ref['loop'] - ref['model']:.2f}", "", ""]))  # fmt: skip
+        ref, part = references[kind], update_split(data_bin, ["--arch", arch], updates)
+        rest = part["loop"] - part["model"]
+        print(table_row([arch, f"{part['loop']:.2f}", f"{part['trainer']:.2f}", f"{part['model']:.2f}", f"{rest:.2f}",
+                         f"{ref['loop'] / rest:.2f}", f"{ref['loop'] / 1.5 - rest:.2f}"]))  # fmt: skip
 
 
 def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
@@ -394,6 +460,12 @@ def parse_args(argv=None):
         "preset and of fairseq's reference model",
     )
     parser.add_argument(
+        "--update-split",
+        action="store_true",
+        help="also time, inside fairseq-train, the whole update, the trainer's step and the model's forward and "
+        "backward, for each preset and its reference",
+    )
+    parser.add_argument(
         "--epoch",
         nargs=2,
         default=None,
@@ -513,6 +585,8 @@ def main(argv=None):
         print_breakdown(archs, args.decode_sentences)
     if args.update_profile:
         print_update_profile(archs)
+    if args.update_split:
+        print_update_split(archs, ensure_copy_data(args.data), args.updates)
     if args.epoch:
         task, arch = args.epoch
         seconds = epoch_seconds(task, arch, args.data, args.epochs)

@@ -61,3 +61,26 @@ def test_update_profile_counts_the_operator_calls_of_a_training_update():
     for row in (lstm, content, monoattn):
         assert row["ms"] > 0 and 0 < row["products"] < row["calls"]
     assert monoattn["calls"] > content["calls"]
+
+
+def test_the_update_split_nests_the_model_in_the_trainer_in_the_loop_and_prints_the_bound(monkeypatch, capsys):
+    """Scripted splits: the lstm's update 20 ms, the preset's 18 ms of which 12 in the model; with a
+    free forward and backward the preset would be 20 / 6 = 3.33x the lstm, and 1.5x needs the model in
+    20 / 1.5 - 6 = 7.33 ms."""
+    splits = {"lstm": {"loop": 20.0, "trainer": 18.0, "model": 14.0}, "gru_onestep": {"loop": 18.0, "trainer": 16.0,
+              "model": 12.0}}  # fmt: skip
+    monkeypatch.setattr(benchmarking, "update_split", lambda data, args, updates: splits[args[1]])
+    benchmarking.print_update_split(["gru_onestep"], None, 300)
+    table = capsys.readouterr().out.splitlines()
+    assert "| lstm (fairseq) | 20.00 | 18.00 | 14.00 | 6.00 | | |" in table
+    assert "| gru_onestep | 18.00 | 16.00 | 12.00 | 6.00 | 3.33 | 7.33 |" in table
+
+
+def test_fairseq_train_timed_in_process_gives_nested_times(tmp_path):
+    """A real fairseq-train of 12 updates: the model's forward and backward lie inside the trainer's
+    step, which lies inside the training loop."""
+    from fairseq_cli_helpers import write_copy_dataset
+
+    data = write_copy_dataset(tmp_path / "data", {"train": (96, 2, 5), "valid": (12, 3, 6)})
+    split = benchmarking.update_split(data / "bin", ["--arch", "gru_onestep"], updates=12)
+    assert 0 < split["model"] < split["trainer"] < split["loop"]
