@@ -580,7 +580,8 @@ def main(argv=None):
     if not args.skip_decoding:
         for arch in archs:
             decoding[arch] = decode_speed(arch, sentences=args.decode_sentences)
-    print_table(archs, reference_runs, rows, decoding, args.decode_sentences)
+    if rows or decoding:
+        print_table(archs, reference_runs, rows, decoding, args.decode_sentences)
     if args.decode_breakdown:
         print_breakdown(archs, args.decode_sentences)
     if args.update_profile:
