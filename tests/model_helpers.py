@@ -24,6 +24,7 @@ def location_attention(
     clamp_slope=None,
     sigma_min=0.27,
     dwell_count=False,
+    dwell_init=0.0,
     **settings,
 ):
     """A LocationAttention from registry names (``settings``: the entries' own options)."""
@@ -34,6 +35,7 @@ def location_attention(
         sigma_min=sigma_min,
         clamp_slope=clamp_slope,
         dwell_count=dwell_count,
+        dwell_init=dwell_init,
     )
 
 

@@ -308,6 +308,7 @@ def test_the_dwell_count_follows_its_recurrence_and_enters_the_step_logit():
     assert s.tolist() == pytest.approx(expected.tolist())
     assert mu.tolist() == pytest.approx((0.2 + expected / 5).tolist())
     assert location_attention().dwell_weight is None  # without the option: no parameter, no count
+    assert location_attention(dwell_count=True, dwell_init=1.5).dwell_weight.item() == 1.5
 
 
 def test_with_a_dwell_count_one_linear_step_logit_writes_recopy_at_any_length():

@@ -179,6 +179,7 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
             sigma_min=cfg.sigma_min,
             clamp_slope=cfg.clamp_slope if cfg.clamp_center else None,
             dwell_count=cfg.dwell_count,
+            dwell_init=cfg.dwell_init,
         )
     scoring = SCORERS.check(cfg.attention_scoring)
     scorer = None if scoring == "none" else (lambda dim: SCORERS.build(scoring, cfg, dim=dim))

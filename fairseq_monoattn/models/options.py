@@ -140,6 +140,11 @@ class GRUSeq2SeqOptions:
         "add w * c_{t-1} to the step logit, c the (soft) number of steps since the focus last stepped, w "
         "learned: the location focus counts how long it has stayed on a position (beyond the paper)",
     )
+    dwell_init: float = option(
+        0.0,
+        "initial w of --dwell-count (0: the model starts as the one without the count; w > 0 starts it "
+        "stepping once it has stayed)",
+    )
     sigma_min: float = option(0.27, "minimum width of the location focus", check=positive, requirement="> 0")
     clamp_slope: float = option(0.01, "leaky slope of the centre clamp", check=non_negative, requirement=">= 0")
     mix_temperature: float = option(5.0, "beta in the content/location mix")
@@ -168,6 +173,7 @@ LOCATION_OPTIONS = (
     "location_projection",
     "location_head_init",
     "dwell_count",
+    "dwell_init",
     "sigma_min",
     "clamp_slope",
 )
@@ -253,6 +259,8 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
         unused.add("location_head_init")
     if not cfg["direction_gate"]:
         unused.add("direction_temperature")
+    if not cfg.get("dwell_count"):
+        unused.add("dwell_init")
     return unused
 
 

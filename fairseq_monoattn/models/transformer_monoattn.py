@@ -49,7 +49,7 @@ LOCATION_LAYERS = ("none", "last", "all", "shared")
 ATTENTION_OPTIONS = (
     "attention_scoring", "location_attention", "direction_gate", "reference", "step_activation", "clamp_center",
     "clamp_slope", "position_reference", "location_normalization", "location_projection", "sigma_min",
-    "mix_temperature", "direction_temperature", "attention_query_bias", "value_path", "dwell_count",
+    "mix_temperature", "direction_temperature", "attention_query_bias", "value_path", "dwell_count", "dwell_init",
 )  # fmt: skip
 
 

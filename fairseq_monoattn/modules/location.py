@@ -10,7 +10,7 @@ see cross_attention.py):
     lambda_t  = normalise( -(norm(i) - mu_t)^2 / (2 sigma_t^2) )   over real positions i
 
 With ``dwell_count`` the step logit also reads c_{t-1}, how many steps the focus has stayed where
-it is (w a learned scalar, 0 at first):
+it is (w a learned scalar, 0 at first unless ``dwell_init`` says otherwise):
 
     c_t       = c_{t-1} (1 - clamp(s_t, 0, 1)) + 1,   c_0 = 0
 
@@ -54,9 +54,11 @@ class LocationAttention(nn.Module):
         sigma_min: float = 0.27,
         clamp_slope: Optional[float] = None,
         dwell_count: bool = False,
+        dwell_init: float = 0.0,
     ):
         """``clamp_slope``: leaky-clamp mu into [0, 1] with this slope outside, or None for no clamp;
-        ``dwell_count``: the step logit reads how long the focus has stayed (see the module's docstring)."""
+        ``dwell_count``: the step logit reads how long the focus has stayed (see the module's docstring),
+        with the weight w starting at ``dwell_init``."""
         super().__init__()
         self.reference = reference
         self.step = step
@@ -64,7 +66,7 @@ class LocationAttention(nn.Module):
         self.sigma_min = sigma_min
         self.clamp_slope = clamp_slope
         self.head_names: Tuple[str, ...] = ("step", "width") + tuple(reference.heads)
-        self.dwell_weight = nn.Parameter(torch.zeros(())) if dwell_count else None  # w
+        self.dwell_weight = nn.Parameter(torch.tensor(float(dwell_init))) if dwell_count else None  # w
 
     @property
     def num_heads(self) -> int:
