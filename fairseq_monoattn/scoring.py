@@ -164,6 +164,18 @@ def teacher_forced_extra(model, sample) -> Dict[str, object]:
     return extra if isinstance(extra, dict) else {}
 
 
+def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
+    """The direction gate g (B,) of a batch: the decoder's ``extra["direction"]`` of the pass just
+    made (GRU models), else the model's own ``direction_gate`` (the Transformer's location layers,
+    whose decoder returns none), else None (no gate)."""
+    if extra.get("direction") is not None:
+        return extra["direction"]
+    if hasattr(model, "direction_gate"):
+        net_input = sample["net_input"]
+        return model.direction_gate(net_input["src_tokens"], net_input.get("src_lengths"))
+    return None
+
+
 def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
     """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
     id, the output length limit used, the direction gate's statistics or None, the attention
@@ -194,7 +206,7 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
         with torch.no_grad():
             hypotheses = greedy_hypotheses(generator, models, sample)
             extra = teacher_forced_extra(models[0], sample)
-        gates.add(extra.get("direction"))
+            gates.add(direction_of(models[0], sample, extra))
         peaks.add(extra.get("attention"), sample["target"], pad)
         targets = [strip_pad(t, pad) for t in sample["target"]]
         tally.add(hypotheses, targets, eos)

@@ -202,3 +202,20 @@ def test_the_direction_gate_is_the_sigmoid_of_the_mean_encoding_whatever_the_pad
             assert gates[row].item() == pytest.approx(by_hand.item(), abs=1e-12)
     assert build("transformer_onestep", D, seed=4, direction_gate=False).direction_gate(tokens, lengths) is None
     assert build("transformer_small", D, seed=4).direction_gate(tokens, lengths) is None
+
+
+def test_the_scorer_reads_the_direction_gate_of_gru_and_transformer_models():
+    """The GRU decoder hands its gate over in the pass's extra; the Transformer's is read off the model
+    (records of Transformer runs then have it); a model without a gate gives None."""
+    from fairseq_monoattn.scoring import direction_of, teacher_forced_extra
+
+    sample = batch(D, SOURCES, SOURCES)
+    net_input = sample["net_input"]
+    for name in ("gru_onestep", "transformer_onestep"):
+        model = build(name, D, seed=3)
+        with torch.no_grad():
+            gate = direction_of(model, sample, teacher_forced_extra(model, sample))
+            expected = model.direction_gate(net_input["src_tokens"], net_input["src_lengths"])
+        assert gate.shape == (len(SOURCES),) and torch.allclose(gate, expected), name
+    plain = build("transformer_small", D)
+    assert direction_of(plain, sample, teacher_forced_extra(plain, sample)) is None
