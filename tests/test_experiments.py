@@ -929,43 +929,58 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
 
 def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     """aggregate --release: per cell the release ran, the paper's value, the release's median over
-    its runs and the plugin's median over its seeds, and which of the two reaches another verdict."""
+    its runs and the plugin's median over its seeds, how many runs of each have the paper's verdict
+    at every length, and which of the two medians reaches another verdict; then how the cells where
+    the plugin differs divide (the release differs too, both split by seed, no run of the plugin
+    agrees, not run)."""
     from fairseq_monoattn.catalog import paper_value
     from fairseq_monoattn.cli.aggregate import main as aggregate_main
 
     splits = ("test15", "test30", "test100")
     plugin, release = tmp_path / "plugin", tmp_path / "release"
-    for seed, accuracies in ((1, (100, 100, 100)), (2, (100, 100, 96))):
-        path = plugin / "copy" / "gru_mix_onestep" / "default" / f"seed{seed}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"task": "copy", "arch": "gru_mix_onestep", "variant": "default", "seed": seed,
-                                    "splits": {s: {"accuracy": a} for s, a in zip(splits, accuracies)}}))  # fmt: skip
-    for run_number, accuracies in ((0, (100, 100, 100)), (1, (100, 99, 98)), (2, (90, 0, 0))):
-        path = release / "copy" / "BiGRU_MixOneStep" / f"seed{run_number}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"task": "copy", "plugin_preset": "gru_mix_onestep",
-                                    "test_accuracy": dict(zip(splits, accuracies))}))  # fmt: skip
-    # a cell the release did not run: listed when the plugin differs from the paper (Copy OneStep:
-    # the paper solves it), left out when it agrees (Copy Content fails in both)
-    for arch, accuracies in (("gru_onestep", (0, 0, 0)), ("gru_content", (0, 0, 0))):
-        path = plugin / "copy" / arch / "default" / "seed1.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"task": "copy", "arch": arch, "variant": "default", "seed": 1,
-                                    "splits": {s: {"accuracy": a} for s, a in zip(splits, accuracies)}}))  # fmt: skip
+
+    def plugin_runs(arch, *runs):
+        for seed, accuracies in enumerate(runs, start=1):
+            path = plugin / "copy" / arch / "default" / f"seed{seed}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            by_split = {s: {"accuracy": a} for s, a in zip(splits, accuracies)}
+            path.write_text(json.dumps({"task": "copy", "arch": arch, "variant": "default", "seed": seed,
+                                        "splits": by_split}))  # fmt: skip
+
+    def release_runs(model, preset, *runs):
+        for run_number, accuracies in enumerate(runs):
+            path = release / "copy" / model / f"seed{run_number}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"task": "copy", "plugin_preset": preset,
+                                        "test_accuracy": dict(zip(splits, accuracies))}))  # fmt: skip
+
+    # the paper fails Mix OneStep on Copy; both programs solve it
+    plugin_runs("gru_mix_onestep", (100, 100, 100), (100, 100, 96))
+    release_runs("BiGRU_MixOneStep", "gru_mix_onestep", (100, 100, 100), (100, 99, 98), (90, 0, 0))
+    # the paper solves the other three: OneStep fails in every seed of the plugin and in one run of the release
+    plugin_runs("gru_onestep", (0, 0, 0))
+    release_runs("BiGRU_OneStep", "gru_onestep", (100, 100, 100), (100, 100, 99), (0, 0, 0))
+    # Relative: both programs have runs on both sides; the medians part
+    plugin_runs("gru_relative", (100, 100, 100), (0, 0, 0), (0, 0, 0))
+    release_runs("BiGRUrel", "gru_relative", (100, 100, 100), (0, 0, 0), (100, 100, 100))
+    # not run by the release: listed when the plugin differs (Bi-Relative), left out when it agrees (Content)
+    plugin_runs("gru_birelative", (0, 0, 0))
+    plugin_runs("gru_content", (0, 0, 0))
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 6
-    paper = [paper_value("copy", "gru_mix_onestep", s) for s in splits]
-    assert paper[0] < 50  # the paper reports this cell as failing: both runs here solve it
-    cells = [c.strip() for c in out[2].strip("|").split("|")]
-    assert cells[:2] == ["Copy", "gru_mix_onestep"]
-    assert cells[3] == "100 / 99 / 98 (3)" and cells[4] == "100 / 100 / 98 (2)"
-    assert cells[5] == "release and plugin"
-    cells = [c.strip() for c in out[3].strip("|").split("|")]
-    assert cells[:2] == ["Copy", "gru_onestep"] and cells[3] == "not run" and cells[5] == "plugin"
-    assert out[5] == (
-        "Of the 2 cells whose plugin records differ from the paper, the release ran 1: it differs from "
-        "the paper too in 1, agrees with it in 0; 1 not run."
+    assert len(out) == 8
+    assert paper_value("copy", "gru_mix_onestep", "test15") < 50  # the paper reports this cell as failing
+    rows = {tuple(c.strip() for c in line.strip("|").split("|"))[1]: [c.strip() for c in line.strip("|").split("|")]
+            for line in out[2:6]}  # fmt: skip
+    assert rows["gru_mix_onestep"][3:] == ["100 / 99 / 98 (3)", "100 / 100 / 98 (2)", "0 of 3, 0 of 2",
+                                           "release and plugin"]  # fmt: skip
+    assert rows["gru_onestep"][3:] == ["100 / 100 / 99 (3)", "0 / 0 / 0 (1)", "2 of 3, 0 of 1", "plugin"]
+    assert rows["gru_relative"][3:] == ["100 / 100 / 100 (3)", "0 / 0 / 0 (3)", "2 of 3, 1 of 3", "plugin"]
+    assert rows["gru_birelative"][3:] == ["not run", "0 / 0 / 0 (1)", "-, 0 of 1", "plugin"]
+    assert out[7] == (
+        "Of the 4 cells whose plugin records differ from the paper, the release ran 3: it differs from the paper "
+        "too in 1, agrees with it in 2 (in 1 of them both programs have runs with and runs without the paper's "
+        "verdict; in 1 no run of the plugin has it); 1 not run."
     )
 
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")

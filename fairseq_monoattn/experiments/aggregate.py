@@ -399,16 +399,19 @@ def read_release_records(folder: Path) -> List[dict]:
 def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> str:
     """Markdown: every cell the release ran and every cell whose plugin records (default variant)
     differ from the paper, with the paper's value, the release's median ("not run" without release
-    records) and the plugin's at the paper's lengths, and whose verdict differs from the paper's;
-    then how the disagreeing cells divide."""
+    records) and the plugin's at the paper's lengths, how many runs of each have the paper's verdict
+    at every length, and whose median verdict differs from the paper's; then how the disagreeing
+    cells divide.  A cell whose median the release gets right and the plugin does not is "split" when
+    both programs have runs on both sides of the paper's verdict (the seed decides, in both), and a
+    difference of the plugin's when none of its runs has the paper's verdict."""
     plugin = collect(records)
     by_cell: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
     for record in release_records:
         by_cell[(record["task"], record["plugin_preset"])].append(record)
     lines = [
         "| task | model | the paper | the release: median (runs) | the plugin: median (seeds) "
-        "| differs from the paper |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| runs with the paper's verdict: release, plugin | differs from the paper |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     rows, counts = [], defaultdict(int)
     probing = {key for key in plugin if not is_mean_std(key[0])}  # SCAN and CFQ: means ± std, not verdicts
@@ -424,27 +427,44 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
         def differs(values, paper=paper):
             return any(v is not None and p is not None and verdict(v) != verdict(p) for v, p in zip(values, paper))
 
+        their_runs = [[r["test_accuracy"].get(s) for s in splits] for r in runs]
+        our_runs = [[r["splits"].get(s, {}).get("accuracy") for s in splits] for r in (cell.records if cell else [])]
+        their_agree = sum(not differs(values) for values in their_runs)
+        our_agree = sum(not differs(values) for values in our_runs)
         plugin_differs = differs(ours)
         if not runs and not plugin_differs:
             continue
         who = [name for name, values in (("release", theirs), ("plugin", ours)) if differs(values)]
         if plugin_differs:
             counts["plugin differs"] += 1
-            if runs:
-                counts["release run"] += 1
-                counts["release differs too" if differs(theirs) else "release agrees"] += 1
-            else:
+            if not runs:
                 counts["release not run"] += 1
+            elif differs(theirs):
+                counts["release differs too"] += 1
+            elif 0 < their_agree < len(runs) and 0 < our_agree < len(our_runs):
+                counts["split"] += 1
+            elif our_agree == 0:
+                counts["plugin only"] += 1
+            else:
+                counts["release agrees, other"] += 1
         released = f"{' / '.join(fmt(v) for v in theirs)} ({len(runs)})" if runs else "not run"
+        agreeing = (
+            f"{their_agree} of {len(runs)}, {our_agree} of {len(our_runs)}"
+            if runs
+            else f"-, {our_agree} of {len(our_runs)}"
+        )
         rows.append(((table_order(task), arch), f"| {title(task)} | {arch} | {' / '.join(fmt(p) for p in paper)} | "
                      f"{released} | {' / '.join(fmt(v) for v in ours)} ({len(cell.records) if cell else 0}) | "
-                     f"{' and '.join(who) or 'neither'} |"))  # fmt: skip
+                     f"{agreeing} | {' and '.join(who) or 'neither'} |"))  # fmt: skip
     lines += [row for _, row in sorted(rows)]
+    release_agrees = counts["split"] + counts["plugin only"] + counts["release agrees, other"]
     lines += [
         "",
         f"Of the {counts['plugin differs']} cells whose plugin records differ from the paper, the release "
-        f"ran {counts['release run']}: it differs from the paper too in {counts['release differs too']}, "
-        f"agrees with it in {counts['release agrees']}; {counts['release not run']} not run.",
+        f"ran {counts['plugin differs'] - counts['release not run']}: it differs from the paper too in "
+        f"{counts['release differs too']}, agrees with it in {release_agrees} (in {counts['split']} of them both "
+        f"programs have runs with and runs without the paper's verdict; in {counts['plugin only']} no run of the "
+        f"plugin has it); {counts['release not run']} not run.",
     ]
     return "\n".join(lines)
 
