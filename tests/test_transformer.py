@@ -5,9 +5,18 @@ the GRU decoder's location module; alignments; fairseq-train and fairseq-generat
 
 import pytest
 import torch
+from fairseq.sequence_generator import SequenceGenerator
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
-from model_helpers import assert_incremental_equals_full, assert_padding_invariant, batch, build, digit_dictionary
+from model_helpers import (
+    assert_incremental_equals_full,
+    assert_padding_invariant,
+    batch,
+    build,
+    digit_dictionary,
+    random_digits,
+)
 
+from fairseq_monoattn.metrics import GreedyDecoder, greedy_generator, greedy_hypotheses
 from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
 
 D = digit_dictionary()
@@ -47,6 +56,37 @@ def test_incremental_decoding_and_padding_invariance(name, options):
     # in float64: padding must change nothing, and float32's rounding (which depends on the padded
     # width) can grow over 40 untrained steps past the check's tolerance
     assert_padding_invariant(build_configuration(name, options, seed=2).double(), D, SOURCES)
+
+
+@pytest.mark.parametrize("name, options", CONFIGURATIONS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGURATIONS)])
+def test_the_greedy_decoder_gives_fairseqs_greedy_outputs(name, options):
+    """Validation and scoring decode the Transformer presets with metrics.GreedyDecoder: the same
+    tokens as fairseq's SequenceGenerator (beam 1, no minimum length) for every example, with
+    outputs that end at different steps (finished ones leave the batch) or at the length limit."""
+    model = build_configuration(name, options, seed=3).eval()
+    sample = batch(D, random_digits(torch.Generator().manual_seed(1), 12, 1, 30))
+    # an untrained model rarely stops: </s>'s score rises by 0.25 a step from -6, so that each
+    # sentence stops when the ramp overtakes its own margin (both decoders make one call a step)
+    steps = [0]
+
+    def eos_ramp(module, inputs, output):
+        steps[0] += 1
+        output = output.clone()
+        output[..., D.eos()] += -6 + 0.25 * steps[0]
+        return output
+
+    model.decoder.output_projection.register_forward_hook(eos_ramp)
+    lengths = set()
+    for max_len_a, max_len_b in ((0, 3), (1.5, 2), (0, 40)):
+        ours = greedy_generator([model], D, max_len_a, max_len_b)
+        assert isinstance(ours, GreedyDecoder)
+        fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b, min_len=0)
+        steps[0] = 0
+        expected = [h[0]["tokens"].tolist() for h in fairseqs.generate([model], sample)]
+        steps[0] = 0
+        assert greedy_hypotheses(ours, [model], sample) == expected, (max_len_a, max_len_b)
+        lengths |= {len(h) for h in expected}
+    assert len(lengths) >= 5, lengths  # sentences of several lengths, the limits included
 
 
 def test_the_layouts_put_location_attention_where_they_say():

@@ -152,6 +152,7 @@ class LocationTransformerDecoder(TransformerDecoder):
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
+        self.decodes_greedily = True  # metrics.GreedyDecoder may decode it (incremental state, reordering)
         self.self_attention_window = args.decoder_self_attention_window
         self.recency_bias = args.decoder_recency_bias
         if self.recency_bias:
