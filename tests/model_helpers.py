@@ -131,3 +131,19 @@ def assert_padding_invariant(model, dictionary, sources):
         one = batch(dictionary, [source], [target])
         alone, _ = model(**one["net_input"])
         assert torch.allclose(alone[0], logits[i, : len(target) + 1], atol=1e-5), i
+
+
+def greedy_decoder_lengths(model, dictionary, sample, max_len_a, max_len_b, before_each=lambda: None):
+    """Assert that metrics.GreedyDecoder (validation and scoring) decodes ``sample`` to the tokens of
+    fairseq's SequenceGenerator with beam 1 and no minimum length; return the set of output lengths.
+    ``before_each`` runs before each of the two decodings (e.g. to reset a hook's step count)."""
+    from fairseq_monoattn.metrics import GreedyDecoder, greedy_generator, greedy_hypotheses
+
+    ours = greedy_generator([model], dictionary, max_len_a, max_len_b)
+    assert isinstance(ours, GreedyDecoder)
+    fairseqs = SequenceGenerator([model], dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b, min_len=0)
+    before_each()
+    expected = [h[0]["tokens"].tolist() for h in fairseqs.generate([model], sample)]
+    before_each()
+    assert greedy_hypotheses(ours, [model], sample) == expected, (max_len_a, max_len_b)
+    return {len(h) for h in expected}

@@ -5,7 +5,6 @@ the GRU decoder's location module; alignments; fairseq-train and fairseq-generat
 
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
 from model_helpers import (
     assert_incremental_equals_full,
@@ -13,10 +12,10 @@ from model_helpers import (
     batch,
     build,
     digit_dictionary,
+    greedy_decoder_lengths,
     random_digits,
 )
 
-from fairseq_monoattn.metrics import GreedyDecoder, greedy_generator, greedy_hypotheses
 from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
 
 D = digit_dictionary()
@@ -75,17 +74,13 @@ def test_the_greedy_decoder_gives_fairseqs_greedy_outputs(name, options):
         output[..., D.eos()] += -6 + 0.25 * steps[0]
         return output
 
+    def restart():
+        steps[0] = 0
+
     model.decoder.output_projection.register_forward_hook(eos_ramp)
     lengths = set()
     for max_len_a, max_len_b in ((0, 3), (1.5, 2), (0, 40)):
-        ours = greedy_generator([model], D, max_len_a, max_len_b)
-        assert isinstance(ours, GreedyDecoder)
-        fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b, min_len=0)
-        steps[0] = 0
-        expected = [h[0]["tokens"].tolist() for h in fairseqs.generate([model], sample)]
-        steps[0] = 0
-        assert greedy_hypotheses(ours, [model], sample) == expected, (max_len_a, max_len_b)
-        lengths |= {len(h) for h in expected}
+        lengths |= greedy_decoder_lengths(model, D, sample, max_len_a, max_len_b, before_each=restart)
     assert len(lengths) >= 5, lengths  # sentences of several lengths, the limits included
 
 
