@@ -9,6 +9,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_monoattn  # noqa: F401  (registers the architectures)
+from fairseq_monoattn.metrics import GreedyDecoder, greedy_generator, greedy_hypotheses
 from fairseq_monoattn.models.presets import PRESETS
 from fairseq_monoattn.modules import LocationAttention
 from fairseq_monoattn.registry import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
@@ -137,8 +138,6 @@ def greedy_decoder_lengths(model, dictionary, sample, max_len_a, max_len_b, befo
     """Assert that metrics.GreedyDecoder (validation and scoring) decodes ``sample`` to the tokens of
     fairseq's SequenceGenerator with beam 1 and no minimum length; return the set of output lengths.
     ``before_each`` runs before each of the two decodings (e.g. to reset a hook's step count)."""
-    from fairseq_monoattn.metrics import GreedyDecoder, greedy_generator, greedy_hypotheses
-
     ours = greedy_generator([model], dictionary, max_len_a, max_len_b)
     assert isinstance(ours, GreedyDecoder)
     fairseqs = SequenceGenerator([model], dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b, min_len=0)
