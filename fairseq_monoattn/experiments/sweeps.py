@@ -193,6 +193,17 @@ register(
         results=TRANSFORMER_RESULTS,
     )
 )
+register(
+    Sweep(
+        "transformer-recency",
+        "the same without positional encodings or direction gate, the decoder's self-attention "
+        "biased by distance (the variant that carries ReCopy to 100 digits)",
+        grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+        variant="no-pos-no-gate-recency1",
+        options=("--no-token-positional-embeddings", "--direction-gate", "False", "--decoder-recency-bias", "1"),
+        results=TRANSFORMER_RESULTS,
+    )
+)
 
 
 def get_sweep(name: str) -> Sweep:
