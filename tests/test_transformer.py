@@ -254,3 +254,29 @@ def test_the_scorer_reads_the_direction_gate_of_gru_and_transformer_models():
         assert gate.shape == (len(SOURCES),) and torch.allclose(gate, expected), name
     plain = build("transformer_small", D)
     assert direction_of(plain, sample, teacher_forced_extra(plain, sample)) is None
+
+
+@pytest.mark.parametrize("step", ["onestep", "monoattn"])
+def test_a_recency_preset_is_its_base_preset_with_the_length_generalisation_options(step):
+    """fairseq's parser leaves --no-token-positional-embeddings False, not None: the preset must still
+    turn it on; the model is then the base preset given those options on the command line."""
+    from fairseq import options
+
+    def parsed(argv):
+        return options.parse_args_and_arch(options.get_training_parser(), ["data", "--user-dir", USER_DIR, *argv])
+
+    preset = parsed(["--arch", f"transformer_{step}_recency"])
+    chosen = (preset.no_token_positional_embeddings, preset.direction_gate, preset.decoder_recency_bias)
+    assert chosen == (True, False, 1.0)
+    spelled = ["--no-token-positional-embeddings", "--direction-gate", "False", "--decoder-recency-bias", "1"]
+    base = parsed(["--arch", f"transformer_{step}", *spelled])
+    differing = {k for k in vars(preset) if k not in ("arch", "_name") and getattr(preset, k) != getattr(base, k, None)}
+    assert differing == set(), differing
+    assert parsed(["--arch", f"transformer_{step}"]).no_token_positional_embeddings is False
+    models = [build(f"transformer_{step}_recency", D, seed=4)]
+    models.append(build(f"transformer_{step}", D, seed=4, no_token_positional_embeddings=True, direction_gate=False,
+                        decoder_recency_bias=1.0))  # fmt: skip
+    sample = batch(D, SOURCES, targets=[list(reversed(source)) for source in SOURCES])
+    outputs = [model(**sample["net_input"])[0] for model in models]
+    assert outputs[0].shape == outputs[1].shape and torch.equal(outputs[0], outputs[1])
+    assert models[0].decoder.embed_positions is None and models[0].encoder.embed_positions is None

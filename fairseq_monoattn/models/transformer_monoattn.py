@@ -311,6 +311,17 @@ TRANSFORMER_PRESETS: Dict[str, Dict[str, Any]] = {
         mix_temperature=5.0,
     ),
 }
+# For length generalisation: no absolute positions anywhere (the location focus is the model's sense
+# of where it reads), no direction gate (without positions the encoder's mean is the same for every
+# order of the same tokens, so the gate could only learn a bias), and the decoder's self-attention
+# biased by distance, score - (i - j), so that what it reads of its last outputs is the same at every
+# length (docs/transformer.md, "Results on ReCopy").
+LENGTH_GENERALISATION = dict(no_token_positional_embeddings=True, direction_gate=False, decoder_recency_bias=1.0)
+for _base in ("transformer_onestep", "transformer_monoattn"):
+    TRANSFORMER_PRESETS[f"{_base}_recency"] = dict(TRANSFORMER_PRESETS[_base], **LENGTH_GENERALISATION)
+# fairseq's switches (store_true) are False, not None, when the command line leaves them out: a preset
+# that sets one turns it on, and the command line cannot turn it off again (choose another preset).
+FAIRSEQ_SWITCHES = {"no_token_positional_embeddings", "encoder_learned_pos", "decoder_learned_pos"}
 
 
 @register_model_architecture(MODEL_NAME, MODEL_NAME)
@@ -322,7 +333,7 @@ def _register(name: str, values: Dict[str, Any]) -> None:
     @register_model_architecture(MODEL_NAME, name)
     def architecture(args):
         for key, value in values.items():
-            if getattr(args, key, None) is None:
+            if getattr(args, key, None) is None or (key in FAIRSEQ_SWITCHES and value is True):
                 setattr(args, key, value)
         base_architecture(args)
 
