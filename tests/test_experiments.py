@@ -860,6 +860,12 @@ def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_
     ]  # one length: no curve to draw
     assert plots.curves(records, "recopy") == {"gru_onestep": [(15, 99, 50, 100, 3), (100, 90, 0, 97, 3)]}
     assert plots.curves(records, "recopy", "other") == {"gru_onestep": [(15, 0, 0, 0, 1), (100, 0, 0, 0, 1)]}
+    assert plots.curves(records, "recopy", ["default", "other"]) == {
+        "gru_onestep · default": [(15, 99, 50, 100, 3), (100, 90, 0, 97, 3)],
+        "gru_onestep · other": [(15, 0, 0, 0, 1), (100, 0, 0, 0, 1)],
+    }
+    both = plots.plot_all(records, tmp_path / "both", ["default", "other"])
+    assert both == [tmp_path / "both" / "length_recopy.png"]
     paths = plots.plot_all(records, tmp_path / "figures")
     assert paths == [tmp_path / "figures" / "length_recopy.png"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -33,7 +33,8 @@ def build_parser() -> Parser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="also draw accuracy against length per task into DIR (linked from the tables)",
+        help="also draw accuracy against length per task into DIR (linked from the tables; with "
+        "--compare-variants, a line per model and variant)",
     )
     parser.add_argument(
         "--compare-variants",
@@ -89,7 +90,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.compare_variants:
         from ..experiments.aggregate import variants_table
 
-        print(variants_table(records, args.compare_variants))
+        text = variants_table(records, args.compare_variants)
+        if args.plots is not None:
+            from ..experiments.plots import plot_all
+
+            paths = plot_all(records, args.plots, args.compare_variants)
+            text += "\n\nAccuracy against length: " + ", ".join(str(path) for path in paths) + "\n"
+        print(text)
         return 1 if problems else 0
     chosen = [r for r in records if r["variant"] == args.variant]
     if not chosen:

@@ -1,12 +1,14 @@
 """Accuracy against test length, one picture per task: one line per model (the median over
-seeds), the range of the seeds shaded, the paper's training lengths marked.
+seeds), the range of the seeds shaded, the paper's training lengths marked.  Given several
+variants, one line per model and variant.
 
     fairseq-monoattn-aggregate --results results/paper --plots docs/figures
+    fairseq-monoattn-aggregate --results results/transformer --compare-variants default no-pos --plots FIGURES
 """
 
 import re
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Union
 
 from ..attention_plots import pyplot
 from ..catalog import TASKS, title
@@ -20,26 +22,32 @@ def length_of(split: str):
     return int(found.group(1)) if found else None
 
 
-def curves(records: Sequence[dict], task: str, variant: str = DEFAULT_VARIANT) -> Dict[str, List[tuple]]:
-    """{arch: [(length, median, lowest seed, highest seed, seeds)]} for one task, by length."""
+Variants = Union[str, Sequence[str]]
+
+
+def curves(records: Sequence[dict], task: str, variant: Variants = DEFAULT_VARIANT) -> Dict[str, List[tuple]]:
+    """{line: [(length, median, lowest seed, highest seed, seeds)]} for one task, by length; a line
+    is a model (arch), or with several variants "arch · variant"."""
     import statistics
 
+    variants = [variant] if isinstance(variant, str) else list(variant)
     result = {}
-    for (cell_task, arch), cell in collect(records, variant).items():
-        if cell_task != task:
-            continue
-        points = []
-        for split in cell.splits():
-            length = length_of(split)
-            values = cell.values(split)
-            if length is not None and values:
-                points.append((length, statistics.median(values), min(values), max(values), len(values)))
-        if points:
-            result[arch] = sorted(points)
+    for name in variants:
+        for (cell_task, arch), cell in collect(records, name).items():
+            if cell_task != task:
+                continue
+            points = []
+            for split in cell.splits():
+                length = length_of(split)
+                values = cell.values(split)
+                if length is not None and values:
+                    points.append((length, statistics.median(values), min(values), max(values), len(values)))
+            if points:
+                result[arch if len(variants) == 1 else f"{arch} · {name}"] = sorted(points)
     return result
 
 
-def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFAULT_VARIANT) -> Path:
+def plot_task(records: Sequence[dict], task: str, out: Path, variant: Variants = DEFAULT_VARIANT) -> Path:
     plt = pyplot()
     lines = curves(records, task, variant)
     if not lines:
@@ -69,9 +77,10 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: str = DEFA
     return path
 
 
-def plot_all(records: Sequence[dict], out: Path, variant: str = DEFAULT_VARIANT) -> List[Path]:
+def plot_all(records: Sequence[dict], out: Path, variant: Variants = DEFAULT_VARIANT) -> List[Path]:
     """One picture per task that has records at two or more test lengths."""
-    tasks = sorted({r["task"] for r in records if r["variant"] == variant})
+    variants = {variant} if isinstance(variant, str) else set(variant)
+    tasks = sorted({r["task"] for r in records if r["variant"] in variants})
     paths = []
     for task in tasks:
         lines = curves(records, task, variant)
