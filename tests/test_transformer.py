@@ -32,6 +32,7 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_monoattn", {"decoder_self_attention_window": 3, "decoder_recency_bias": 0.5}),
     ("transformer_onestep", {"no_token_positional_embeddings": True, "dwell_count": True}),
     ("transformer_mix_onestep", {"location_layers": "shared", "dwell_count": True}),
+    ("transformer_monoattn_recency", {"direction_gate": True, "direction_gate_summary": "none"}),
 ]
 
 
@@ -237,6 +238,25 @@ def test_the_direction_gate_is_the_sigmoid_of_the_mean_encoding_whatever_the_pad
             assert gates[row].item() == pytest.approx(by_hand.item(), abs=1e-12)
     assert build("transformer_onestep", D, seed=4, direction_gate=False).direction_gate(tokens, lengths) is None
     assert build("transformer_small", D, seed=4).direction_gate(tokens, lengths) is None
+
+
+def test_a_gate_that_reads_no_summary_is_one_learned_number_for_every_sequence():
+    """--direction-gate-summary none: g = sigmoid(5 b), b the gate's bias, whatever the source and its
+    length; the decoder's outputs move with b (the gate is in the computation)."""
+    model = build("transformer_monoattn", D, seed=4, direction_gate_summary="none",
+                  no_token_positional_embeddings=True).double().eval()  # fmt: skip
+    sample = batch(D, SOURCES, [list("12")] * len(SOURCES))
+    tokens, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+    gate_module = model.decoder.layers[-1].encoder_attn.attention.direction_gate
+    with torch.no_grad():
+        gate_module.proj.bias.fill_(0.3)
+        expected = torch.sigmoid(torch.tensor(5.0 * 0.3, dtype=torch.float64))
+        assert torch.allclose(model.direction_gate(tokens, lengths), expected.expand(len(SOURCES)), atol=1e-15)
+        forward = model(**sample["net_input"])[0]
+        gate_module.proj.bias.fill_(-0.3)
+        backward = model(**sample["net_input"])[0]
+    assert not torch.allclose(forward, backward)
+    assert build("transformer_monoattn", D, seed=4).decoder.layers[-1].encoder_attn.gate_summary == "mean"
 
 
 def test_the_scorer_reads_the_direction_gate_of_gru_and_transformer_models():

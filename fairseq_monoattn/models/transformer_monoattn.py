@@ -9,7 +9,8 @@ location focus alone, or mixed with content scores), so the choices are options:
   (every layer, one focus: the first layer scans, the others read its focus, mixing their own
   content scores into it if they mix), or ``none`` (the plain Transformer);
 * ``--direction-gate``: the location layers read g e + (1 - g) reverse(e), g from the mean of
-  the encoder's outputs;
+  the encoder's outputs (``--direction-gate-summary mean``) or one learned number for every
+  sequence (``none``: without positions the mean is the same for every order of the same tokens);
 * ``--decoder-self-attention-window K``: each decoder position attends to itself and the K - 1
   positions before it (0: all of them, fairseq's decoder); L layers together see L (K - 1) back;
 * ``--decoder-recency-bias M``: the decoder's self-attention score of position i for an earlier
@@ -44,6 +45,7 @@ from .options import add_option_arguments, option_defaults, parse_bool
 MODEL_NAME = "transformer_location"
 STATE_PREFIX = "location."  # the location state's entries among a layer's incremental state
 LOCATION_LAYERS = ("none", "last", "all", "shared")
+GATE_SUMMARIES = ("mean", "none")
 # the options of the plugin's cross-attention this model takes (those of the GRU model that are
 # about the attention itself; the entries' own settings come with them)
 ATTENTION_OPTIONS = (
@@ -67,13 +69,22 @@ class LocationEncoderAttention(nn.Module):
     fairseq's MultiheadAttention takes): the plugin's cross-attention over the encoder's outputs,
     every step of the query at once but the location scan."""
 
-    def __init__(self, attention: nn.Module, shared: Optional[Dict[str, torch.Tensor]] = None, leads: bool = True):
+    def __init__(
+        self,
+        attention: nn.Module,
+        shared: Optional[Dict[str, torch.Tensor]] = None,
+        leads: bool = True,
+        gate_summary: str = "mean",
+    ):
         """``shared``: a dict the layers of one decoder share (--location-layers shared): the
-        leading layer puts its focus there, the others read it."""
+        leading layer puts its focus there, the others read it.  ``gate_summary``: what the
+        direction gate reads, the mean of the encoder's outputs or nothing ("none": g =
+        sigmoid(beta b), one learned number b for every sequence)."""
         super().__init__()
         self.attention = attention
         self.shared = shared
         self.leads = leads
+        self.gate_summary = gate_summary
 
     def prepare(self, encoder_out: torch.Tensor, padding_mask: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
         """The encoder's side, once per sequence: outputs (S, B, C) moved right-padded (each
@@ -88,6 +99,8 @@ class LocationEncoderAttention(nn.Module):
         right = kept_tokens_first(encodings, kept)
         real = kept_tokens_first(kept, kept).unsqueeze(-1).to(right.dtype)
         summary = (right * real).sum(dim=1) / lengths.clamp(min=1).unsqueeze(-1).to(right.dtype)
+        if self.gate_summary == "none":  # f_dir(0) = its bias: the same g for every sequence
+            summary = torch.zeros_like(summary)
         memory = self.attention.prepare(right, summary, lengths)
         memory["source_ignored"] = ~kept
         return memory
@@ -217,7 +230,9 @@ def install_location_attention(decoder, args: Namespace) -> None:
     for position, index in enumerate(indices):
         attention = build_cross_attention(args, encoder_dim=args.encoder_embed_dim, query_dim=embed_dim)
         layer = decoder.layers[index]
-        layer.encoder_attn = LocationEncoderAttention(attention, shared=shared, leads=position == 0)
+        layer.encoder_attn = LocationEncoderAttention(
+            attention, shared=shared, leads=position == 0, gate_summary=args.direction_gate_summary
+        )
     decoder.location_shared = shared
 
 
@@ -236,6 +251,8 @@ class TransformerMonoAttnModel(TransformerModel):
                            help="self-attention over the last K decoder positions (0: all)")  # fmt: skip
         group.add_argument("--decoder-recency-bias", type=float, metavar="M",
                            help="subtract M (i - j) from decoder self-attention scores (0: none)")  # fmt: skip
+        group.add_argument("--direction-gate-summary", choices=GATE_SUMMARIES, help="what the direction "
+                           "gate reads: the mean of the encoder's outputs, or none (one learned g)")  # fmt: skip
         add_option_arguments(group, parse_bool, only=set(attention_options()))
 
     @classmethod
@@ -282,6 +299,8 @@ def location_defaults(args: Namespace) -> None:
             f"--decoder-self-attention-window must be 0 (no limit) or a number of positions, got "
             f"{args.decoder_self_attention_window}"
         )
+    if getattr(args, "direction_gate_summary", None) is None:
+        args.direction_gate_summary = "mean"
     if getattr(args, "decoder_recency_bias", None) is None:
         args.decoder_recency_bias = 0.0
     if args.decoder_recency_bias < 0:
