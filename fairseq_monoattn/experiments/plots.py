@@ -25,12 +25,17 @@ def length_of(split: str):
 Variants = Union[str, Sequence[str]]
 
 
+def as_list(variant: Variants) -> List[str]:
+    """One variant's name or several -> the list of names."""
+    return [variant] if isinstance(variant, str) else list(variant)
+
+
 def curves(records: Sequence[dict], task: str, variant: Variants = DEFAULT_VARIANT) -> Dict[str, List[tuple]]:
     """{line: [(length, median, lowest seed, highest seed, seeds)]} for one task, by length; a line
     is a model (arch), or with several variants "arch · variant"."""
     import statistics
 
-    variants = [variant] if isinstance(variant, str) else list(variant)
+    variants = as_list(variant)
     result = {}
     for name in variants:
         for (cell_task, arch), cell in collect(records, name).items():
@@ -79,7 +84,7 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: Variants =
 
 def plot_all(records: Sequence[dict], out: Path, variant: Variants = DEFAULT_VARIANT) -> List[Path]:
     """One picture per task that has records at two or more test lengths."""
-    variants = {variant} if isinstance(variant, str) else set(variant)
+    variants = set(as_list(variant))
     tasks = sorted({r["task"] for r in records if r["variant"] in variants})
     paths = []
     for task in tasks:

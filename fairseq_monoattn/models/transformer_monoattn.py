@@ -97,10 +97,11 @@ class LocationEncoderAttention(nn.Module):
             kept = ~padding_mask
         lengths = kept.long().sum(dim=1)
         right = kept_tokens_first(encodings, kept)
-        real = kept_tokens_first(kept, kept).unsqueeze(-1).to(right.dtype)
-        summary = (right * real).sum(dim=1) / lengths.clamp(min=1).unsqueeze(-1).to(right.dtype)
         if self.gate_summary == "none":  # f_dir(0) = its bias: the same g for every sequence
-            summary = torch.zeros_like(summary)
+            summary = right.new_zeros(batch, right.size(-1))
+        else:
+            real = kept_tokens_first(kept, kept).unsqueeze(-1).to(right.dtype)
+            summary = (right * real).sum(dim=1) / lengths.clamp(min=1).unsqueeze(-1).to(right.dtype)
         memory = self.attention.prepare(right, summary, lengths)
         memory["source_ignored"] = ~kept
         return memory
