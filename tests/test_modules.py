@@ -90,6 +90,28 @@ def test_direction_gate_reverses_exactly_the_real_positions():
     assert torch.allclose(half[1], (e[1] + e[1].flip(0)) / 2)
 
 
+def test_a_hard_direction_gate_uses_one_order_and_passes_the_soft_gradient():
+    """g_used = round(g) + g - stop_gradient(g): the encodings are e or reverse(e), never a blend,
+    and d e_dir / d b is the soft gate's: beta g (1 - g) (e - reverse(e))."""
+    gate = DirectionGate(4, temperature=5.0, hard=True).double()
+    lengths = torch.tensor([3, 5])
+    e = torch.randn(2, 5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    summary = torch.zeros(2, 4, dtype=torch.float64)
+    reversal = torch.stack([e[0, [2, 1, 0, 3, 4]], e[1, [4, 3, 2, 1, 0]]])
+    weights = torch.randn(2, 5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for bias, chosen in ((0.1, e), (-0.1, reversal), (0.0, e)):  # g = 1/2 rounds to the forward order
+        with torch.no_grad():
+            gate.proj.bias.fill_(bias)
+        gate.zero_grad()
+        out, g = gate(e, summary, lengths)
+        assert torch.equal(out[0, :3], chosen[0, :3]) and torch.equal(out[1], chosen[1])
+        assert g.tolist() == [float(chosen is not reversal)] * 2
+        (out * weights).sum().backward()
+        soft = torch.sigmoid(torch.tensor(5.0 * bias, dtype=torch.float64))
+        expected = 5.0 * soft * (1 - soft) * ((e - reversal) * weights).sum()
+        assert gate.proj.bias.grad.item() == pytest.approx(expected.item(), rel=1e-12)
+
+
 def _location(reference="previous", step_activation="sigmoid", clamp=False, **options):
     return location_attention(reference, step_activation, clamp_slope=0.01 if clamp else None, **options)
 

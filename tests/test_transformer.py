@@ -33,6 +33,7 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_onestep", {"no_token_positional_embeddings": True, "dwell_count": True}),
     ("transformer_mix_onestep", {"location_layers": "shared", "dwell_count": True}),
     ("transformer_monoattn_recency", {"direction_gate": True, "direction_gate_summary": "none"}),
+    ("transformer_monoattn", {"direction_gate_hard": True}),
 ]
 
 

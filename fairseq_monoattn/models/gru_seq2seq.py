@@ -169,7 +169,9 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
     """The cross-attention the options describe, each choice built from its registry.  (The
     direction gate, the location focus and the scorer are made in this order, the order in
     which their parameters draw their initial values.)"""
-    gate = DirectionGate(encoder_dim, cfg.direction_temperature) if cfg.direction_gate else None
+    gate = None
+    if cfg.direction_gate:
+        gate = DirectionGate(encoder_dim, cfg.direction_temperature, hard=cfg.direction_gate_hard)
     location = None
     if cfg.location_attention:
         location = LocationAttention(

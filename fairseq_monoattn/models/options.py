@@ -158,6 +158,9 @@ class GRUSeq2SeqOptions:
         choices=VALUE_PATHS,
     )
     direction_temperature: float = option(5.0, "beta in the direction gate")
+    direction_gate_hard: bool = option(
+        False, "the direction gate's forward pass uses g rounded to 0 or 1 (straight-through: the soft g's gradient)"
+    )
     max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length", check=positive, requirement="> 0")
     max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length", check=positive, requirement="> 0")
 
@@ -258,7 +261,7 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
     if cfg["linear_init"] != "xavier" or reference is None or not reference.cls.heads:
         unused.add("location_head_init")
     if not cfg["direction_gate"]:
-        unused.add("direction_temperature")
+        unused.update(("direction_temperature", "direction_gate_hard"))
     if not cfg.get("dwell_count"):
         unused.add("dwell_init")
     return unused

@@ -2,6 +2,9 @@
 
 g     = sigmoid(beta * f_dir(e_cls))            (one scalar per sequence)
 e_dir = g * e + (1 - g) * reverse(e)            (reverse of the real positions only)
+
+hard: the forward pass uses round(g), 0 or 1, and the gradient is the soft g's (straight-through:
+g_used = round(g) + g - stop_gradient(g)), so the encodings are never a blend of the two orders.
 """
 
 import torch
@@ -11,14 +14,19 @@ from .positions import gather_positions, reversal_index
 
 
 class DirectionGate(nn.Module):
-    def __init__(self, summary_dim: int, temperature: float):
+    def __init__(self, summary_dim: int, temperature: float, hard: bool = False):
         super().__init__()
         self.proj = nn.Linear(summary_dim, 1)
         self.temperature = temperature
+        self.hard = hard
 
     def gate(self, summary: torch.Tensor) -> torch.Tensor:
-        """g = sigmoid(beta * f_dir(e_cls)) of shape (B,) from summary (B, Ds)."""
-        return torch.sigmoid(self.temperature * self.proj(summary)).squeeze(-1)
+        """g = sigmoid(beta * f_dir(e_cls)) of shape (B,) from summary (B, Ds); with ``hard``,
+        the value the encodings use: 0 or 1 (1 when g >= 1/2), with the soft g's gradient."""
+        soft = torch.sigmoid(self.temperature * self.proj(summary)).squeeze(-1)
+        if not self.hard:
+            return soft
+        return (soft >= 0.5).to(soft.dtype) + (soft - soft.detach())  # exactly 0 or 1 forward
 
     def forward(self, encodings: torch.Tensor, summary: torch.Tensor, lengths: torch.Tensor):
         """encodings (B, S, D) right-padded, summary (B, Ds), lengths (B,) -> (e_dir, g of shape (B,))."""
