@@ -90,6 +90,18 @@ def test_direction_gate_reverses_exactly_the_real_positions():
     assert torch.allclose(half[1], (e[1] + e[1].flip(0)) / 2)
 
 
+def test_a_gate_that_keeps_the_end_reverses_the_positions_before_it():
+    gate = DirectionGate(4, temperature=5.0, keep_end=True)
+    lengths = torch.tensor([3, 5, 1])
+    e = torch.arange(3 * 5 * 2, dtype=torch.float).view(3, 5, 2)
+    with torch.no_grad():
+        gate.proj.bias.fill_(-100.0)  # g = 0: fully reversed
+    reversed_e, _ = gate(e, torch.zeros(3, 4), lengths)
+    assert torch.equal(reversed_e[0], e[0, [1, 0, 2, 3, 4]])  # the end (position 2) and padding stay
+    assert torch.equal(reversed_e[1], e[1, [3, 2, 1, 0, 4]])
+    assert torch.equal(reversed_e[2], e[2])  # the end marker alone
+
+
 def test_a_hard_direction_gate_uses_one_order_and_passes_the_soft_gradient():
     """g_used = round(g) + g - stop_gradient(g): the encodings are e or reverse(e), never a blend,
     and d e_dir / d b is the soft gate's: beta g (1 - g) (e - reverse(e))."""

@@ -34,6 +34,7 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_mix_onestep", {"location_layers": "shared", "dwell_count": True}),
     ("transformer_monoattn_recency", {"direction_gate": True, "direction_gate_summary": "none"}),
     ("transformer_monoattn", {"direction_gate_hard": True}),
+    ("transformer_monoattn", {"direction_gate_keep_end": True, "direction_temperature": 50.0}),
 ]
 
 

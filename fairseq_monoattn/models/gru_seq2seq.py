@@ -171,7 +171,9 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
     which their parameters draw their initial values.)"""
     gate = None
     if cfg.direction_gate:
-        gate = DirectionGate(encoder_dim, cfg.direction_temperature, hard=cfg.direction_gate_hard)
+        gate = DirectionGate(
+            encoder_dim, cfg.direction_temperature, hard=cfg.direction_gate_hard, keep_end=cfg.direction_gate_keep_end
+        )
     location = None
     if cfg.location_attention:
         location = LocationAttention(

@@ -161,6 +161,9 @@ class GRUSeq2SeqOptions:
     direction_gate_hard: bool = option(
         False, "the direction gate's forward pass uses g rounded to 0 or 1 (straight-through: the soft g's gradient)"
     )
+    direction_gate_keep_end: bool = option(
+        False, "reverse(e) keeps the last encoder position (the source's </s>) last and reverses the ones before it"
+    )
     max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length", check=positive, requirement="> 0")
     max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length", check=positive, requirement="> 0")
 
@@ -261,7 +264,7 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
     if cfg["linear_init"] != "xavier" or reference is None or not reference.cls.heads:
         unused.add("location_head_init")
     if not cfg["direction_gate"]:
-        unused.update(("direction_temperature", "direction_gate_hard"))
+        unused.update(("direction_temperature", "direction_gate_hard", "direction_gate_keep_end"))
     if not cfg.get("dwell_count"):
         unused.add("dwell_init")
     return unused

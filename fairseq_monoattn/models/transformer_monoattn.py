@@ -51,8 +51,9 @@ GATE_SUMMARIES = ("mean", "none")
 ATTENTION_OPTIONS = (
     "attention_scoring", "location_attention", "direction_gate", "reference", "step_activation", "clamp_center",
     "clamp_slope", "position_reference", "location_normalization", "location_projection", "sigma_min",
-    "mix_temperature", "direction_temperature", "direction_gate_hard", "attention_query_bias", "value_path",
-    "dwell_count", "dwell_init",
+    "mix_temperature", "direction_temperature", "direction_gate_hard", "direction_gate_keep_end",
+    "attention_query_bias",
+    "value_path", "dwell_count", "dwell_init",
 )  # fmt: skip
 
 

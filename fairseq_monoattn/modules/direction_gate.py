@@ -5,6 +5,8 @@ e_dir = g * e + (1 - g) * reverse(e)            (reverse of the real positions o
 
 hard: the forward pass uses round(g), 0 or 1, and the gradient is the soft g's (straight-through:
 g_used = round(g) + g - stop_gradient(g)), so the encodings are never a blend of the two orders.
+keep_end: reverse(e) reverses the real positions but the last (fairseq's source </s>), which stays
+last, so both orders end with the end marker: e_1 .. e_n </s> -> e_n .. e_1 </s>.
 """
 
 import torch
@@ -14,11 +16,12 @@ from .positions import gather_positions, reversal_index
 
 
 class DirectionGate(nn.Module):
-    def __init__(self, summary_dim: int, temperature: float, hard: bool = False):
+    def __init__(self, summary_dim: int, temperature: float, hard: bool = False, keep_end: bool = False):
         super().__init__()
         self.proj = nn.Linear(summary_dim, 1)
         self.temperature = temperature
         self.hard = hard
+        self.keep_end = keep_end
 
     def gate(self, summary: torch.Tensor) -> torch.Tensor:
         """g = sigmoid(beta * f_dir(e_cls)) of shape (B,) from summary (B, Ds); with ``hard``,
@@ -31,6 +34,7 @@ class DirectionGate(nn.Module):
     def forward(self, encodings: torch.Tensor, summary: torch.Tensor, lengths: torch.Tensor):
         """encodings (B, S, D) right-padded, summary (B, Ds), lengths (B,) -> (e_dir, g of shape (B,))."""
         gate = self.gate(summary)
-        reversed_encodings = gather_positions(encodings, reversal_index(lengths, encodings.size(1)))
+        reversed_lengths = (lengths - 1).clamp(min=0) if self.keep_end else lengths
+        reversed_encodings = gather_positions(encodings, reversal_index(reversed_lengths, encodings.size(1)))
         g = gate.view(-1, 1, 1)
         return g * encodings + (1 - g) * reversed_encodings, gate
