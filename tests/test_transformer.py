@@ -16,7 +16,8 @@ from model_helpers import (
     random_digits,
 )
 
-from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
+from fairseq_monoattn.experiments.sweeps import LENGTH_GENERALISATION_OPTIONS
+from fairseq_monoattn.models.transformer_monoattn import LENGTH_GENERALISATION, TRANSFORMER_PRESETS
 
 D = digit_dictionary()
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]
@@ -32,7 +33,7 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_monoattn", {"decoder_self_attention_window": 3, "decoder_recency_bias": 0.5}),
     ("transformer_onestep", {"no_token_positional_embeddings": True, "dwell_count": True}),
     ("transformer_mix_onestep", {"location_layers": "shared", "dwell_count": True}),
-    ("transformer_monoattn_recency", {"direction_gate": True, "direction_gate_summary": "none"}),
+    ("transformer_monoattn_recency", {"direction_gate": False}),
     ("transformer_monoattn", {"direction_gate_hard": True}),
     ("transformer_monoattn", {"direction_gate_keep_end": True, "direction_temperature": 50.0}),
 ]
@@ -288,16 +289,16 @@ def test_a_recency_preset_is_its_base_preset_with_the_length_generalisation_opti
         return options.parse_args_and_arch(options.get_training_parser(), ["data", "--user-dir", USER_DIR, *argv])
 
     preset = parsed(["--arch", f"transformer_{step}_recency"])
-    chosen = (preset.no_token_positional_embeddings, preset.direction_gate, preset.decoder_recency_bias)
-    assert chosen == (True, False, 1.0)
-    spelled = ["--no-token-positional-embeddings", "--direction-gate", "False", "--decoder-recency-bias", "1"]
-    base = parsed(["--arch", f"transformer_{step}", *spelled])
+    chosen = {k: getattr(preset, k) for k in LENGTH_GENERALISATION}
+    expected = dict(no_token_positional_embeddings=True, direction_gate=True, direction_gate_summary="none",
+                    direction_temperature=50.0, direction_gate_keep_end=True, decoder_recency_bias=1.0)  # fmt: skip
+    assert chosen == expected
+    base = parsed(["--arch", f"transformer_{step}", *LENGTH_GENERALISATION_OPTIONS])
     differing = {k for k in vars(preset) if k not in ("arch", "_name") and getattr(preset, k) != getattr(base, k, None)}
     assert differing == set(), differing
     assert parsed(["--arch", f"transformer_{step}"]).no_token_positional_embeddings is False
     models = [build(f"transformer_{step}_recency", D, seed=4)]
-    models.append(build(f"transformer_{step}", D, seed=4, no_token_positional_embeddings=True, direction_gate=False,
-                        decoder_recency_bias=1.0))  # fmt: skip
+    models.append(build(f"transformer_{step}", D, seed=4, **LENGTH_GENERALISATION))
     sample = batch(D, SOURCES, targets=[list(reversed(source)) for source in SOURCES])
     outputs = [model(**sample["net_input"])[0] for model in models]
     assert outputs[0].shape == outputs[1].shape and torch.equal(outputs[0], outputs[1])

@@ -204,6 +204,23 @@ register(
         results=TRANSFORMER_RESULTS,
     )
 )
+# the _recency presets' options (models/transformer_monoattn.py, LENGTH_GENERALISATION) on the command
+# line; tests/test_transformer.py checks that the two are the same model
+LENGTH_GENERALISATION_OPTIONS = (
+    "--no-token-positional-embeddings", "--direction-gate-summary", "none", "--direction-temperature", "50",
+    "--direction-gate-keep-end", "True", "--decoder-recency-bias", "1",
+)  # fmt: skip
+register(
+    Sweep(
+        "transformer-length",
+        "the same with the _recency presets' options: no positional encodings, a direction gate of one "
+        "learned number at temperature 50 that keeps </s> last, the recency bias",
+        grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+        variant="no-pos-end-gate50-recency1",
+        options=LENGTH_GENERALISATION_OPTIONS,
+        results=TRANSFORMER_RESULTS,
+    )
+)
 
 
 def get_sweep(name: str) -> Sweep:

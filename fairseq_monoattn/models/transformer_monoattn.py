@@ -334,11 +334,19 @@ TRANSFORMER_PRESETS: Dict[str, Dict[str, Any]] = {
     ),
 }
 # For length generalisation: no absolute positions anywhere (the location focus is the model's sense
-# of where it reads), no direction gate (without positions the encoder's mean is the same for every
-# order of the same tokens, so the gate could only learn a bias), and the decoder's self-attention
-# biased by distance, score - (i - j), so that what it reads of its last outputs is the same at every
-# length (docs/transformer.md, "Results on ReCopy").
-LENGTH_GENERALISATION = dict(no_token_positional_embeddings=True, direction_gate=False, decoder_recency_bias=1.0)
+# of where it reads); a direction gate of one learned number (without positions the encoder's mean is
+# the same for every order of the same tokens), at temperature 50 so that it settles on one order in
+# the first epoch rather than fitting the training lengths with a mixture, reversing the tokens but
+# keeping the source's </s> last; and the decoder's self-attention biased by distance, score - (i - j),
+# so that what it reads of its last outputs is the same at every length (docs/transformer.md).
+LENGTH_GENERALISATION = dict(
+    no_token_positional_embeddings=True,
+    direction_gate=True,
+    direction_gate_summary="none",
+    direction_temperature=50.0,
+    direction_gate_keep_end=True,
+    decoder_recency_bias=1.0,
+)
 for _base in ("transformer_onestep", "transformer_monoattn"):
     TRANSFORMER_PRESETS[f"{_base}_recency"] = dict(TRANSFORMER_PRESETS[_base], **LENGTH_GENERALISATION)
 # fairseq's switches (store_true) are False, not None, when the command line leaves them out: a preset
