@@ -166,8 +166,8 @@ def teacher_forced_extra(model, sample) -> Dict[str, object]:
 
 def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
     """The direction gate g (B,) of a batch: the decoder's ``extra["direction"]`` of the pass just
-    made (GRU models), else the model's own ``direction_gate`` (the Transformer's location layers,
-    whose decoder returns none), else None (no gate)."""
+    made (the GRU's and the Transformer's location decoders), else the model's own
+    ``direction_gate`` (a model whose decoder does not hand it over), else None (no gate)."""
     if extra.get("direction") is not None:
         return extra["direction"]
     if hasattr(model, "direction_gate"):

@@ -87,6 +87,7 @@ class LocationEncoderAttention(nn.Module):
         self.shared = shared
         self.leads = leads
         self.gate_summary = gate_summary
+        self.last_direction: Optional[torch.Tensor] = None  # the gate g (B,) of the last pass, for extra
 
     def prepare(self, encoder_out: torch.Tensor, padding_mask: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
         """The encoder's side, once per sequence: outputs (S, B, C) moved right-padded (each
@@ -136,6 +137,7 @@ class LocationEncoderAttention(nn.Module):
         weight, bias, sizes = self.attention.step_readout()
         readout = F.linear(query.transpose(0, 1), weight, bias)  # (B, T, R)
         given = self.shared.get("focus") if self.shared is not None and not self.leads else None
+        self.last_direction = memory.get("direction")
         context, weights, focus, location = self.attention.attend_all(
             readout, sizes, memory, location, first_step, location_focus=given
         )
@@ -203,7 +205,13 @@ class LocationTransformerDecoder(TransformerDecoder):
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
         if incremental_state is not None and self.self_attention_window:
             self.forget_old_steps(incremental_state)
-        return super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+        x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+        # the first gated location layer's g (B,) of this pass, as the GRU decoder's extra has it
+        location = [
+            layer.encoder_attn for layer in self.layers if isinstance(layer.encoder_attn, LocationEncoderAttention)
+        ]
+        extra["direction"] = next((a.last_direction for a in location if a.last_direction is not None), None)
+        return x, extra
 
     def forget_old_steps(self, incremental_state) -> None:
         """Incremental decoding: keep the last K - 1 steps' keys and values of every self-attention,
