@@ -28,7 +28,7 @@ and the encoder side's prepared tensors in fairseq's incremental state.
 """
 
 from argparse import Namespace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -52,8 +52,7 @@ ATTENTION_OPTIONS = (
     "attention_scoring", "location_attention", "direction_gate", "reference", "step_activation", "clamp_center",
     "clamp_slope", "position_reference", "location_normalization", "location_projection", "sigma_min",
     "mix_temperature", "direction_temperature", "direction_gate_hard", "direction_gate_keep_end",
-    "attention_query_bias",
-    "value_path", "dwell_count", "dwell_init",
+    "attention_query_bias", "value_path", "dwell_count", "dwell_init",
 )  # fmt: skip
 
 
@@ -207,11 +206,18 @@ class LocationTransformerDecoder(TransformerDecoder):
             self.forget_old_steps(incremental_state)
         x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
         # the first gated location layer's g (B,) of this pass, as the GRU decoder's extra has it
-        location = [
-            layer.encoder_attn for layer in self.layers if isinstance(layer.encoder_attn, LocationEncoderAttention)
-        ]
-        extra["direction"] = next((a.last_direction for a in location if a.last_direction is not None), None)
+        gated = self.gated_location_attentions()
+        extra["direction"] = gated[0].last_direction if gated else None
         return x, extra
+
+    def gated_location_attentions(self) -> List[LocationEncoderAttention]:
+        """The location layers' encoder attentions that have a direction gate, bottom layer first."""
+        return [
+            layer.encoder_attn
+            for layer in self.layers
+            if isinstance(layer.encoder_attn, LocationEncoderAttention)
+            and layer.encoder_attn.attention.direction_gate is not None
+        ]
 
     def forget_old_steps(self, incremental_state) -> None:
         """Incremental decoding: keep the last K - 1 steps' keys and values of every self-attention,
@@ -275,12 +281,7 @@ class TransformerMonoAttnModel(TransformerModel):
     def direction_gate(self, src_tokens, src_lengths=None) -> Optional[torch.Tensor]:
         """The first location layer's direction gate g (B,) of each source (1: forward encodings,
         0: reversed), or None without one (the task logs it at every validation)."""
-        gated = [
-            layer.encoder_attn
-            for layer in self.decoder.layers
-            if isinstance(layer.encoder_attn, LocationEncoderAttention)
-            and layer.encoder_attn.attention.direction_gate is not None
-        ]
+        gated = self.decoder.gated_location_attentions()
         if not gated:
             return None
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
