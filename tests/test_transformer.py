@@ -124,6 +124,40 @@ def test_a_shared_focus_is_the_first_layers():
     assert torch.equal(focus[0], focus[1]) and torch.equal(focus[0], focus[2])
 
 
+def test_a_shared_focus_reads_every_layers_values_in_the_leaders_direction():
+    """--location-layers shared with a direction gate: one gate for the layers (the focus names
+    positions of the leader's g e + (1 - g) reverse(e)), whatever the followers' own draws were."""
+    model = build(
+        "transformer_onestep",
+        D,
+        seed=5,
+        location_layers="shared",
+        direction_gate_summary="none",
+        direction_temperature=50.0,
+    ).eval()
+    attentions = [layer.encoder_attn.attention for layer in model.decoder.layers]
+    assert attentions[1].direction_gate is attentions[0].direction_gate is attentions[2].direction_gate
+    with torch.no_grad():
+        attentions[0].direction_gate.proj.bias.fill_(-0.2)  # g = sigmoid(-10): reversed
+    sample = batch(D, SOURCES, SOURCES)
+    gates = []
+    for layer in model.decoder.layers:
+        original = layer.encoder_attn.prepare
+
+        def record(*args, original=original, **kwargs):
+            memory = original(*args, **kwargs)
+            gates.append(memory["direction"])
+            return memory
+
+        layer.encoder_attn.prepare = record
+    model(**sample["net_input"])
+    assert len(gates) == 3 and all(torch.equal(gates[0], g) for g in gates[1:])
+    assert (gates[0] < 1e-4).all()
+    # the parameters are one set: fairseq's optimizer sees the gate once
+    names = [n for n, _ in model.named_parameters() if "direction_gate" in n]
+    assert len(names) == 2  # proj.weight and proj.bias of the leader
+
+
 @pytest.mark.parametrize(
     "options, expected_state", [({}, ["position"]), ({"dwell_count": True}, ["position", "dwell"])], ids=["", "dwell"]
 )

@@ -244,8 +244,14 @@ def install_location_attention(decoder, args: Namespace) -> None:
     indices = location_layer_indices(len(decoder.layers), args.location_layers)
     shared = {} if args.location_layers == "shared" else None
     embed_dim = decoder.embed_dim
+    leader = None
     for position, index in enumerate(indices):
         attention = build_cross_attention(args, encoder_dim=args.encoder_embed_dim, query_dim=embed_dim)
+        if shared is not None and leader is not None and attention.direction_gate is not None:
+            # one focus, one direction: the positions the leader's focus names are those of its
+            # g e + (1 - g) reverse(e), so every layer reads the values in that order
+            attention.direction_gate = leader.direction_gate
+        leader = leader or attention
         layer = decoder.layers[index]
         layer.encoder_attn = LocationEncoderAttention(
             attention, shared=shared, leads=position == 0, gate_summary=args.direction_gate_summary
