@@ -20,7 +20,12 @@ With a direction gate (``gru_onestep``, ``gru_monoattn``, ``gru_birelative``, ..
 columns are positions of g * e + (1 - g) * reverse(e); ``direction`` holds g (the decoder's
 ``extra["direction"]`` from the same pass), so a picture can say which way the columns read
 (g near 1: left to right, near 0: reversed); ``attended_labels`` gives the column labels in
-the order the columns actually read.
+the order the columns actually read (with ``--direction-gate-keep-end``, reverse(e) keeps the last
+column last).
+
+Transformer models (``transformer_small``, ``transformer_onestep``, ...) have no START and END
+positions: their columns are the source tokens and </s>, and the matrix is fairseq's alignment
+(``extra["attn"]``): the location weights of a location layer, the heads' mean otherwise.
 """
 
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ import torch
 
 from . import scoring
 from .metrics import greedy_generator, greedy_hypotheses  # importing this package registered the models
+from .modules.direction_gate import DirectionGate
 
 START_LABEL, END_LABEL = "START", "END"
 
@@ -58,6 +64,8 @@ class AttentionMap:
     eos_forced: bool  # greedy output cut at the length limit (the model did not choose </s>)
     direction: Optional[float]  # the direction gate g, for models that have one
     architecture: str
+    keeps_end: bool = False  # the gate's reverse(e) keeps the last column last
+
 
     @property
     def reads_reversed(self) -> bool:
@@ -67,7 +75,11 @@ class AttentionMap:
     @property
     def attended_labels(self) -> List[str]:
         """What each column actually reads: source_labels, reversed when the gate chose reverse(e)."""
-        return self.source_labels[::-1] if self.reads_reversed else list(self.source_labels)
+        if not self.reads_reversed:
+            return list(self.source_labels)
+        if self.keeps_end:
+            return [*self.source_labels[-2::-1], self.source_labels[-1]]
+        return self.source_labels[::-1]
 
 
 # -- loading ---------------------------------------------------------------------------
@@ -125,22 +137,28 @@ def greedy_output(loaded: LoadedModel, src_ids: torch.Tensor, max_len_a: float, 
 
 def teacher_forced(model, src_ids: torch.Tensor, output_ids: torch.Tensor):
     """One forward pass on prev = [</s>] + output[:-1] -> (attention (T, positions), logits (T, V),
-    direction gate g or None); positions = START, the tokens the encoder keeps, END."""
+    direction gate g or None); positions = START, the tokens the encoder keeps, END (GRU models),
+    the tokens and </s> (Transformer models)."""
     eos = model.decoder.dictionary.eos()
     prev = torch.cat([torch.tensor([eos]), output_ids[:-1]]).unsqueeze(0)
     inputs = net_input(src_ids)
     with torch.no_grad():
         encoder_out = model.encoder(**inputs)
         logits, extra = model.decoder(prev, encoder_out)
-    width = int(encoder_out["lengths"][0])  # the encoder's own count: START and END included
     direction = extra.get("direction")
     gate = None if direction is None else float(direction[0])
+    if "attention" not in extra:  # fairseq's Transformer decoder: (B, T, S) alignments
+        return extra["attn"][0][0], logits[0], gate
+    width = int(encoder_out["lengths"][0])  # the encoder's own count: START and END included
     return extra["attention"][0, :, :width], logits[0], gate
 
 
 def source_labels(model, dictionary, src_ids: torch.Tensor) -> List[str]:
-    """Labels of the encoder's positions: START, the tokens, </s> unless the model drops it, END."""
+    """Labels of the encoder's positions: START, the tokens, </s> unless the model drops it, END;
+    the tokens and </s> for a Transformer."""
     tokens = labels(dictionary, src_ids)
+    if not hasattr(model.encoder, "keep_source_eos"):  # fairseq's Transformer encoder
+        return tokens
     if not model.encoder.keep_source_eos:
         tokens = tokens[:-1]  # encode() ends src_ids with </s>
     return [START_LABEL, *tokens, END_LABEL]
@@ -171,4 +189,10 @@ def attention_map(
         eos_forced=eos_forced,
         direction=gate,
         architecture=loaded.architecture,
+        keeps_end=gate_keeps_end(loaded.model),
     )
+
+
+def gate_keeps_end(model) -> bool:
+    """True when the model's direction gate reverses all but the last position (--direction-gate-keep-end)."""
+    return any(isinstance(module, DirectionGate) and module.keep_end for module in model.modules())

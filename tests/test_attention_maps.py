@@ -338,3 +338,44 @@ def test_long_inputs_thin_the_tick_labels():
     assert thinned and ticks[0] == 0 and ticks[-1] == 102 and len(ticks) <= attention_plots.MAX_TICKS + 1
     assert attention_plots.tick_positions(20) == (list(range(20)), False)
     assert attention_plots.panel_inches(300, 300) == (attention_plots.MAX_PANEL_INCHES,) * 2
+
+
+# -- Transformer models ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["transformer_onestep", "transformer_small"])
+def test_a_transformers_matrix_is_its_alignment_over_the_source_tokens(arch):
+    """No START or END: the columns are the tokens and </s>, the matrix fairseq's alignment
+    (the location weights; the heads' mean for the plain Transformer), the same in a left-padded batch."""
+    loaded = built(arch, seed=1)
+    result = attention_map(loaded, "4 7 9 8", target="8 9 7 4")
+    assert result.source_labels == ["4", "7", "9", "8", "</s>"] and result.matrix.shape == (5, 5)
+    np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-5)
+    d = loaded.task.source_dictionary
+    sources = [d.encode_line(s, add_if_not_exist=False).long() for s in ("4 7 9 8", "1 2 3 4 5 6 7 8")]
+    prev = torch.tensor([[d.eos()] + [d.index(t) for t in "8 9 7 4".split()]] * 2)
+    src_tokens = data_utils.collate_tokens(sources, d.pad(), left_pad=True)
+    with torch.no_grad():
+        _, extra = loaded.model.eval()(src_tokens, torch.tensor([len(s) for s in sources]), prev)
+    alignment = extra["attn"][0][0]  # (T, S): the short source sits in the last 5 columns
+    np.testing.assert_allclose(result.matrix, alignment[:, -5:].numpy(), atol=1e-6)
+    np.testing.assert_allclose(alignment[:, :-5].numpy(), 0.0, atol=1e-6)  # no weight on padding
+
+
+@pytest.mark.parametrize(
+    "keep_end, expected", [(False, ["</s>", "8", "9", "7", "4"]), (True, ["8", "9", "7", "4", "</s>"])]
+)
+def test_a_reversing_gates_columns_read_from_the_end(keep_end, expected):
+    """g < 1/2: the columns read reverse(e); with --direction-gate-keep-end </s> stays last."""
+    loaded = built(
+        "transformer_onestep",
+        seed=1,
+        direction_gate_summary="none",
+        direction_temperature=50.0,
+        direction_gate_keep_end=keep_end,
+    )
+    with torch.no_grad():
+        loaded.model.decoder.layers[-1].encoder_attn.attention.direction_gate.proj.bias.fill_(-0.2)
+    result = attention_map(loaded, "4 7 9 8", target="8 9 7 4")
+    assert result.direction < 1e-4 and result.reads_reversed and result.keeps_end == keep_end
+    assert result.attended_labels == expected
