@@ -13,6 +13,11 @@ twice in float64:
   set into its sensitive range, so that branches the initialisation leaves flat (a saturated
   gate, a zero bias) shape the numbers too.
 
+The Transformer presets are pinned the same way, with fairseq's ``utils.softmax`` and
+``utils.log_softmax`` computing in float64 while they are evaluated (fairseq computes them in
+float32 whatever the input's type, which would leave float32 rounding in float64 pins); their
+attention is fairseq's alignment (``extra["attn"]``, the location weights of a location layer).
+
 Values are keyed by the parameters' creation order, not their names: a renamed parameter
 changes ``parameter_names`` only (and checkpoints need the old name mapped on loading).
 
@@ -22,11 +27,15 @@ Regenerate only for a change that is meant to change a function, and say so in t
 """
 
 import argparse
+import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 
 import torch
+from fairseq import utils as fairseq_utils
+from fairseq.modules import FairseqDropout, SinusoidalPositionalEmbedding
 from model_helpers import batch, build, digit_dictionary
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "pinned_outputs.json"
@@ -83,10 +92,43 @@ EXTRA = [
 ]
 
 
+# Transformer combinations the presets do not cover
+TRANSFORMER_EXTRA = [
+    (
+        "transformer-shared-gated-mix",
+        "transformer_mix_onestep",
+        {"location_layers": "shared", "direction_temperature": 50.0},
+    ),
+    (
+        "transformer-all-dwell-keep-end",
+        "transformer_monoattn",
+        {"location_layers": "all", "dwell_count": True, "dwell_init": -0.5, "direction_gate_keep_end": True},
+    ),
+    (
+        "transformer-window-hard-gate",
+        "transformer_onestep",
+        {"decoder_self_attention_window": 3, "direction_gate_hard": True},
+    ),
+]
+
+
 def configurations():
     from fairseq_monoattn.models.presets import PRESETS
+    from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
 
-    return [(name, name, {}) for name in PRESETS] + EXTRA
+    return [(name, name, {}) for name in [*PRESETS, *TRANSFORMER_PRESETS]] + EXTRA + TRANSFORMER_EXTRA
+
+
+@contextlib.contextmanager
+def softmax_in_input_precision():
+    """fairseq's utils.softmax / log_softmax in the input's dtype (they compute in float32)."""
+    saved = fairseq_utils.softmax, fairseq_utils.log_softmax
+    fairseq_utils.softmax = lambda x, dim, onnx_trace=False: torch.softmax(x, dim=dim)
+    fairseq_utils.log_softmax = lambda x, dim, onnx_trace=False: torch.log_softmax(x, dim=dim)
+    try:
+        yield
+    finally:
+        fairseq_utils.softmax, fairseq_utils.log_softmax = saved
 
 
 def _round(values):
@@ -102,7 +144,7 @@ def evaluate(model, sample):
     target = sample["target"]
     gold = lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(target.eq(D.pad()), 0.0)
     (-gold.sum()).backward()
-    attention = extra["attention"]
+    attention = extra["attention"] if "attention" in extra else extra["attn"][0]
     expected_position = (attention * torch.arange(attention.size(-1), dtype=attention.dtype)).sum(-1)
     generator = torch.Generator().manual_seed(123)
     gradients = []
@@ -128,16 +170,33 @@ def perturb(model):
                 parameter.fill_(0.4)  # s = sigmoid(0.4): both parts of Mono's step count
 
 
+def sinusoids_in_float64(model):
+    """fairseq's sinusoidal position table, computed in float32 and cast, recomputed in float64:
+    sin(p w_i) and cos(p w_i) with w_i = 10000^(-i / (d/2 - 1)), row padding_idx zero."""
+    for module in model.modules():
+        if isinstance(module, SinusoidalPositionalEmbedding):
+            rows, dim = module.weights.shape
+            half = dim // 2
+            frequencies = torch.exp(torch.arange(half, dtype=torch.float64) * -(math.log(10000) / (half - 1)))
+            angles = torch.arange(rows, dtype=torch.float64).unsqueeze(1) * frequencies.unsqueeze(0)
+            table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+            table[module.padding_idx] = 0
+            assert table.shape == module.weights.shape  # even dimension
+            module.weights = table
+
+
 def pinned(arch, overrides):
     model = build(arch, D, seed=11, **overrides).double()
+    sinusoids_in_float64(model)
     model.train()  # dropout off below, but the training-time code path
     for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
+        if isinstance(module, (torch.nn.Dropout, FairseqDropout)):
             module.p = 0.0
     sample = batch(D, SOURCES, TARGETS)
-    result = {"init": evaluate(model, sample)}
-    perturb(model)
-    result["perturbed"] = evaluate(model, sample)
+    with softmax_in_input_precision():
+        result = {"init": evaluate(model, sample)}
+        perturb(model)
+        result["perturbed"] = evaluate(model, sample)
     result["parameter_names"] = [name for name, _ in model.named_parameters()]  # in creation order
     return result
 
