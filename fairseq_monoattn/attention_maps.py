@@ -66,7 +66,6 @@ class AttentionMap:
     architecture: str
     keeps_end: bool = False  # the gate's reverse(e) keeps the last column last
 
-
     @property
     def reads_reversed(self) -> bool:
         """True when the direction gate picked reverse(e): column i then reads position n+1-i."""

@@ -294,8 +294,9 @@ def constant_output_validation(data, batch_indices, emit="<unk>", print_samples=
     return valid, logs
 
 
-def validation_with_parts(data, batch_indices, emit="<unk>", print_samples=False):
-    """constant_output_validation's (valid, logging outputs) and (task, model, criterion)."""
+def validation_with_parts(data, batch_indices, emit="<unk>", print_samples=False, watch_model=None):
+    """constant_output_validation's (valid, logging outputs) and (task, model, criterion);
+    ``watch_model(model)`` is called on the built model before the validation."""
     cfg = parsed(
         data,
         [
@@ -313,6 +314,8 @@ def validation_with_parts(data, batch_indices, emit="<unk>", print_samples=False
     model.decoder.output_layer = lambda features: torch.nn.functional.one_hot(
         torch.full(features.shape[:-1], token), len(task.target_dictionary)
     ).float()
+    if watch_model is not None:
+        watch_model(model)
     task.load_dataset("valid")
     valid = task.dataset("valid")
     task.begin_valid_epoch(1, model)
@@ -352,7 +355,12 @@ def test_validation_logs_the_direction_gate_of_every_source(tiny_copy):
     """_gate_sum / _gate_forward / _gate_total are sum(g), #(g > 0.5) and #sources of the
     model's own gate, per batch; reduced, the mean g and the percent read forward."""
     batches = [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
-    valid, logs, (task, model, seq_acc) = validation_with_parts(tiny_copy, batches)
+    encoder_passes = []
+    valid, logs, (task, model, seq_acc) = validation_with_parts(
+        tiny_copy, batches, watch_model=lambda m: m.encoder.register_forward_hook(lambda *_: encoder_passes.append(1))
+    )
+    # one teacher-forced pass (the loss, and the gate from it) and one greedy decoding a batch
+    assert len(encoder_passes) == 2 * len(batches)
     gates = []
     for indices, log in zip(batches, logs):
         sample = valid.collater([valid[i] for i in indices])

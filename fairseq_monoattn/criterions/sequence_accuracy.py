@@ -64,6 +64,18 @@ def correct_counts(lprobs, target, pad: int):
     return (right & keep).sum(), right.all(dim=-1).sum()
 
 
+def direction_gate_counts(net_output) -> dict:
+    """Sums over a batch's sources of the direction gate g of the pass (the decoder's
+    extra["direction"]): "_gate_sum", "_gate_forward" (g > 0.5), "_gate_total"; {} without a gate.
+    The length_generalization task reduces them to direction_gate and reads_forward."""
+    extra = net_output[1] if isinstance(net_output, tuple) and len(net_output) > 1 else None
+    gate = extra.get("direction") if isinstance(extra, dict) else None
+    if gate is None:
+        return {}
+    gate = gate.detach().double()
+    return {"_gate_sum": gate.sum().item(), "_gate_forward": int((gate > 0.5).sum()), "_gate_total": gate.numel()}
+
+
 @register_criterion("seq_acc", dataclass=SequenceAccuracyConfig)
 class SequenceAccuracyCriterion(FairseqCriterion):
     def __init__(self, task, sentence_avg, label_smoothing=0.0):
@@ -89,6 +101,8 @@ class SequenceAccuracyCriterion(FairseqCriterion):
             "n_correct_tokens": utils.item(correct_tokens),
             "n_correct_sequences": utils.item(correct_sequences),
         }
+        if not model.training:
+            logging_output.update(direction_gate_counts(net_output))
         return loss, logging_output["sample_size"], logging_output
 
     @staticmethod

@@ -16,7 +16,8 @@ options) with defaults that never drop long examples and greedy exact-match vali
   ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.  A model with a
   direction gate also logs ``direction_gate`` (the mean gate g over the validation sources: 1
   reads the encodings forward, 0 reversed) and ``reads_forward`` (percent of sources with
-  g > 0.5), so a run's log shows when the reading direction settles.
+  g > 0.5), so a run's log shows when the reading direction settles; the ``seq_acc``
+  criterion counts them from its own teacher-forced pass.
 """
 
 import functools
@@ -306,7 +307,6 @@ class LengthGeneralizationTask(TranslationTask):
         if self.cfg.eval_accuracy:
             tally = self.greedy_tally(sample, model)
             logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
-            logging_output.update(direction_gate_counts(sample, model))
         return loss, sample_size, logging_output
 
     def greedy_tally(self, sample, model) -> Tally:
@@ -351,17 +351,3 @@ class LengthGeneralizationTask(TranslationTask):
             # direction_gate = mean g; reads_forward = 100 * #(g > 0.5) / #sources
             metrics.log_derived("direction_gate", lambda m: summed_ratio(m, "_gate_sum", "_gate_total"))
             metrics.log_derived("reads_forward", lambda m: summed_ratio(m, "_gate_forward", "_gate_total", 100.0))
-
-
-def direction_gate_counts(sample, model) -> dict:
-    """The direction gate's counts (GATE_COUNTS) over a batch's sources, or {} for a model
-    without a gate."""
-    gate_of = getattr(model, "direction_gate", None)
-    if gate_of is None:
-        return {}
-    net_input = sample["net_input"]
-    gate = gate_of(net_input["src_tokens"], net_input["src_lengths"])
-    if gate is None:
-        return {}
-    gate = gate.detach().double()
-    return {"_gate_sum": gate.sum().item(), "_gate_forward": int((gate > 0.5).sum()), "_gate_total": gate.numel()}
