@@ -36,6 +36,7 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_monoattn_recency", {"direction_gate": False}),
     ("transformer_monoattn", {"direction_gate_hard": True}),
     ("transformer_monoattn", {"direction_gate_keep_end": True, "direction_temperature": 50.0}),
+    ("transformer_monoattn_recency", {"decoder_recency_exempt_start": True}),
 ]
 
 
@@ -252,6 +253,32 @@ def test_the_recency_bias_lowers_each_score_by_slope_times_distance():
     mask = windowed.decoder.buffered_future_mask(x)
     near = (j <= i) & (i - j < 2)
     assert torch.equal(mask[near], -0.5 * (i - j)[near].float()) and torch.isinf(mask[~near]).all()
+
+
+def test_an_exempt_start_is_as_near_as_the_step_itself_at_every_step():
+    """--decoder-recency-exempt-start: the start symbol's column loses nothing (so what a head puts
+    on it does not fade with the output's length); every other score keeps - M (i - j)."""
+    x = torch.zeros(6, 2, 8)
+    model = build("transformer_small", D, seed=1, decoder_recency_bias=0.5, decoder_recency_exempt_start=True)
+    mask = model.decoder.buffered_future_mask(x)
+    i, j = torch.meshgrid(torch.arange(6), torch.arange(6), indexing="ij")
+    assert torch.equal(mask[:, 0], torch.zeros(6))
+    later = (j <= i) & (j > 0)
+    assert torch.equal(mask[later], -0.5 * (i - j)[later].float()) and torch.isinf(mask[j > i]).all()
+
+
+def test_an_exempt_start_needs_a_bias_and_no_window():
+    with pytest.raises(ValueError, match="--decoder-recency-exempt-start True needs a --decoder-recency-bias"):
+        build("transformer_small", D, seed=1, decoder_recency_exempt_start=True)
+    with pytest.raises(ValueError, match="--decoder-self-attention-window: the window drops the start"):
+        build(
+            "transformer_small",
+            D,
+            seed=1,
+            decoder_recency_bias=1.0,
+            decoder_recency_exempt_start=True,
+            decoder_self_attention_window=4,
+        )
 
 
 def test_a_negative_recency_bias_is_refused_by_name():

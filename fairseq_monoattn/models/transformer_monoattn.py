@@ -172,17 +172,21 @@ class LocationTransformerDecoder(TransformerDecoder):
         self.decodes_greedily = True  # metrics.GreedyDecoder may decode it (incremental state, reordering)
         self.self_attention_window = args.decoder_self_attention_window
         self.recency_bias = args.decoder_recency_bias
+        self.recency_exempts_start = args.decoder_recency_exempt_start
         if self.recency_bias:
             for layer in self.layers:
                 layer.self_attn.register_forward_pre_hook(self.recency_mask_for_one_step, with_kwargs=True)
 
     def buffered_future_mask(self, tensor):
-        """The full pass's mask: fairseq's causal one, -inf where j <= i - K, and - M (i - j)."""
+        """The full pass's mask: fairseq's causal one, -inf where j <= i - K, and - M (i - j)
+        (- M (i - j) for j > 0 only with --decoder-recency-exempt-start)."""
         mask = super().buffered_future_mask(tensor)
         if not self.self_attention_window and not self.recency_bias:
             return mask
         steps = torch.arange(mask.size(0), device=mask.device)
         distance = steps.unsqueeze(1) - steps.unsqueeze(0)  # i - j
+        if self.recency_exempts_start:
+            distance[:, 0] = 0  # the start symbol, at every step as near as the step itself
         if self.recency_bias:
             mask = mask - self.recency_bias * distance.clamp(min=0).to(mask.dtype)
         if self.self_attention_window:
@@ -191,7 +195,8 @@ class LocationTransformerDecoder(TransformerDecoder):
 
     def recency_mask_for_one_step(self, attention, args, kwargs):
         """Incremental decoding gives the self-attention no mask: the step being decoded attends to
-        the n keys kept in the state and its own, at distances n .. 0, so it gets - M (n .. 0)."""
+        the n keys kept in the state and its own, at distances n .. 0, so it gets - M (n .. 0)
+        (the first, the start symbol, 0 with --decoder-recency-exempt-start: no window drops it)."""
         state = kwargs.get("incremental_state")
         if state is None or kwargs.get("attn_mask") is not None:
             return None
@@ -199,6 +204,8 @@ class LocationTransformerDecoder(TransformerDecoder):
         saved = attention._get_input_buffer(state)
         kept = saved["prev_key"].size(2) if saved.get("prev_key") is not None else 0
         distance = torch.arange(kept, -1, -1, device=query.device, dtype=query.dtype)
+        if self.recency_exempts_start:
+            distance[0] = 0
         return args, dict(kwargs, attn_mask=-self.recency_bias * distance.unsqueeze(0))
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
@@ -274,6 +281,8 @@ class TransformerMonoAttnModel(TransformerModel):
                            help="self-attention over the last K decoder positions (0: all)")  # fmt: skip
         group.add_argument("--decoder-recency-bias", type=float, metavar="M",
                            help="subtract M (i - j) from decoder self-attention scores (0: none)")  # fmt: skip
+        group.add_argument("--decoder-recency-exempt-start", type=parse_bool, metavar="BOOL",
+                           help="no recency bias on the decoder's first position (the start symbol)")  # fmt: skip
         group.add_argument("--direction-gate-summary", choices=GATE_SUMMARIES, help="what the direction "
                            "gate reads: the mean of the encoder's outputs, or none (one learned g)")  # fmt: skip
         add_option_arguments(group, parse_bool, only=set(attention_options()))
@@ -323,6 +332,15 @@ def location_defaults(args: Namespace) -> None:
         args.decoder_recency_bias = 0.0
     if args.decoder_recency_bias < 0:
         raise ValueError(f"--decoder-recency-bias must be 0 (none) or positive, got {args.decoder_recency_bias}")
+    if getattr(args, "decoder_recency_exempt_start", None) is None:
+        args.decoder_recency_exempt_start = False
+    if args.decoder_recency_exempt_start and not args.decoder_recency_bias:
+        raise ValueError("--decoder-recency-exempt-start True needs a --decoder-recency-bias to exempt the start from")
+    if args.decoder_recency_exempt_start and args.decoder_self_attention_window:
+        raise ValueError(
+            "--decoder-recency-exempt-start True cannot be combined with --decoder-self-attention-window: "
+            "the window drops the start symbol"
+        )
     args.attention_dim = args.decoder_embed_dim
     args.linear_init = getattr(args, "linear_init", "pytorch") or "pytorch"
     args.location_head_init = getattr(args, "location_head_init", "per-head") or "per-head"
