@@ -195,3 +195,41 @@ def attention_map(
 def gate_keeps_end(model) -> bool:
     """True when the model's direction gate reverses all but the last position (--direction-gate-keep-end)."""
     return any(isinstance(module, DirectionGate) and module.keep_end for module in model.modules())
+
+
+# -- a Transformer decoder's self-attention ---------------------------------------------------
+
+
+def decoder_self_attention(model, src_ids: torch.Tensor, output_ids: torch.Tensor) -> np.ndarray:
+    """Self-attention weights of every decoder layer and head of a Transformer model in the
+    teacher-forced pass over prev = [</s>] + output[:-1]: an array (layers, heads, T, T), row i
+    the weights step i puts on steps 0 .. i (step 0 reads the start symbol).  The weights are
+    softmax(q k^T / sqrt(d) + mask) from the layer's own projections and the decoder's mask
+    (causal, and the recency bias and window when the model has them)."""
+    if not hasattr(model.decoder, "layers") or not hasattr(model.decoder.layers[0], "self_attn"):
+        raise AttentionMapError("decoder self-attention weights need a Transformer model (a transformer_* preset)")
+    captured = []
+
+    def keep_inputs(attention, args, kwargs):
+        captured.append((attention, kwargs["query"], kwargs.get("attn_mask")))
+
+    handles = [
+        layer.self_attn.register_forward_pre_hook(keep_inputs, with_kwargs=True) for layer in model.decoder.layers
+    ]
+    try:
+        teacher_forced(model, src_ids, output_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    layers = []
+    with torch.no_grad():
+        for attention, query, mask in captured:
+            steps, batch, width = query.shape
+            heads = attention.num_heads
+            q = (attention.q_proj(query) * attention.scaling).view(steps, heads, -1).transpose(0, 1)
+            k = attention.k_proj(query).view(steps, heads, -1).transpose(0, 1)
+            scores = q @ k.transpose(1, 2)  # (heads, T, T)
+            if mask is not None:
+                scores = scores + mask
+            layers.append(torch.softmax(scores.double(), dim=-1).numpy())
+    return np.stack(layers)

@@ -379,3 +379,60 @@ def test_a_reversing_gates_columns_read_from_the_end(keep_end, expected):
     result = attention_map(loaded, "4 7 9 8", target="8 9 7 4")
     assert result.direction < 1e-4 and result.reads_reversed and result.keeps_end == keep_end
     assert result.attended_labels == expected
+
+
+@pytest.mark.parametrize("options", [{}, {"decoder_recency_bias": 0.7}, {"decoder_recency_exempt_start": True}])
+def test_decoder_self_attention_weights_give_the_layers_own_output(options):
+    """Weights times the layer's values, through its output projection, are the self-attention's
+    output in the same pass; rows sum to 1 over steps 0 .. i and are 0 after i."""
+    from fairseq_monoattn.attention_maps import decoder_self_attention, encode
+
+    loaded = built("transformer_monoattn_recency", seed=2, **options)
+    model = loaded.model
+    seen = []  # (input, output) of each layer's self-attention
+    hooks = [
+        layer.self_attn.register_forward_hook(
+            lambda m, a, kw, out: seen.append((kw["query"], out[0])), with_kwargs=True
+        )
+        for layer in model.decoder.layers
+    ]
+    d = loaded.task.source_dictionary
+    weights = decoder_self_attention(model, encode(d, "4 7 9 8 1", "source"), encode(d, "1 8 9 7 4 4", "target"))
+    for hook in hooks:
+        hook.remove()
+    layers, heads, steps, _ = weights.shape
+    assert (layers, heads, steps) == (3, 4, 7) and len(seen) == 3
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-12)
+    above = np.triu_indices(steps, 1)
+    assert (weights[:, :, above[0], above[1]] == 0).all()
+    with torch.no_grad():
+        for layer, (query, output) in enumerate(seen):
+            attention = model.decoder.layers[layer].self_attn
+            v = attention.v_proj(query.squeeze(1)).view(steps, heads, -1).transpose(0, 1)  # (heads, T, d)
+            mixed = torch.from_numpy(weights[layer]).float() @ v
+            out = attention.out_proj(mixed.transpose(0, 1).reshape(steps, -1))
+            np.testing.assert_allclose(out.numpy(), output.squeeze(1).numpy(), atol=1e-5)
+
+
+def test_with_an_exempt_start_the_weight_on_it_does_not_fade():
+    """Queries and keys zeroed, the scores are the mask alone: the start symbol weighs
+    e^(-M i) / sum_d e^(-M d) at step i under the recency bias, 1 / (1 + sum_(d < i) e^(-M d)) exempt."""
+    from fairseq_monoattn.attention_maps import decoder_self_attention, encode
+
+    for exempt in (False, True):
+        loaded = built("transformer_monoattn_recency", seed=2, decoder_recency_exempt_start=exempt)
+        with torch.no_grad():
+            for layer in loaded.model.decoder.layers:
+                layer.self_attn.q_proj.weight.zero_()
+                layer.self_attn.q_proj.bias.zero_()
+        d = loaded.task.source_dictionary
+        weights = decoder_self_attention(
+            loaded.model, encode(d, "4 7 9", "source"), encode(d, "9 7 4 4 4 4 4 4", "target")
+        )
+        i = np.arange(weights.shape[2])
+        near = np.array([np.exp(-np.arange(k + 1)).sum() for k in i])  # sum_(d <= i) e^(-d)
+        if exempt:
+            expected = np.where(i == 0, 1.0, 1.0 / (1.0 + near - np.exp(-i)))
+        else:
+            expected = np.exp(-i) / near
+        np.testing.assert_allclose(weights[:, :, :, 0], np.broadcast_to(expected, weights.shape[:3]), rtol=1e-6)
