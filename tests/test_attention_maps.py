@@ -157,6 +157,18 @@ def built(arch, seed=0, **options):
     return LoadedModel(build(arch, dictionary, seed=seed, **options), task, arch, Path("unsaved.pt"))
 
 
+def pass_beside_a_longer_source(loaded, source, target):
+    """The decoder's extra of one teacher-forced pass over a left-padded batch of ``source`` and
+    a longer source, both forced to ``target``."""
+    d = loaded.task.source_dictionary
+    sources = [d.encode_line(s, add_if_not_exist=False).long() for s in (source, "1 2 3 4 5 6 7 8 9 0 1")]
+    prev = torch.tensor([[d.eos()] + [d.index(t) for t in target.split()]] * 2)
+    src_tokens = data_utils.collate_tokens(sources, d.pad(), left_pad=True)
+    with torch.no_grad():
+        _, extra = loaded.model.eval()(src_tokens, torch.tensor([len(s) for s in sources]), prev)
+    return extra
+
+
 def test_without_source_eos_the_columns_have_no_eos():
     """--source-eos False: the encoder drops fairseq's </s>, and so do the labels and the matrix."""
     with_eos = attention_map(built("gru_onestep", seed=2, source_eos=True), "4 7 9 8", target="4 7 9 8")
@@ -169,12 +181,7 @@ def test_without_source_eos_the_columns_have_no_eos():
     assert len(result.attended_labels) == result.matrix.shape[1]
     np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-5)
     # the model's own attention in a batch with a longer source: no column past END carries weight
-    d = loaded.task.source_dictionary
-    sources = [d.encode_line(s, add_if_not_exist=False).long() for s in ("4 7 9 8", "1 2 3 4 5 6 7 8")]
-    prev = torch.tensor([[d.eos()] + [d.index(t) for t in "4 7 9 8".split()]] * 2)
-    src_tokens = data_utils.collate_tokens(sources, d.pad(), left_pad=True)
-    with torch.no_grad():
-        _, extra = loaded.model(src_tokens, torch.tensor([len(s) for s in sources]), prev)
+    extra = pass_beside_a_longer_source(loaded, "4 7 9 8", "4 7 9 8")
     np.testing.assert_allclose(result.matrix, extra["attention"][0, :, :6].numpy(), atol=1e-6)
     np.testing.assert_allclose(extra["attention"][0, :, 6:].numpy(), 0.0, atol=1e-6)
 
@@ -351,12 +358,7 @@ def test_a_transformers_matrix_is_its_alignment_over_the_source_tokens(arch):
     result = attention_map(loaded, "4 7 9 8", target="8 9 7 4")
     assert result.source_labels == ["4", "7", "9", "8", "</s>"] and result.matrix.shape == (5, 5)
     np.testing.assert_allclose(result.matrix.sum(axis=1), 1.0, atol=1e-5)
-    d = loaded.task.source_dictionary
-    sources = [d.encode_line(s, add_if_not_exist=False).long() for s in ("4 7 9 8", "1 2 3 4 5 6 7 8")]
-    prev = torch.tensor([[d.eos()] + [d.index(t) for t in "8 9 7 4".split()]] * 2)
-    src_tokens = data_utils.collate_tokens(sources, d.pad(), left_pad=True)
-    with torch.no_grad():
-        _, extra = loaded.model.eval()(src_tokens, torch.tensor([len(s) for s in sources]), prev)
+    extra = pass_beside_a_longer_source(loaded, "4 7 9 8", "8 9 7 4")
     alignment = extra["attn"][0][0]  # (T, S): the short source sits in the last 5 columns
     np.testing.assert_allclose(result.matrix, alignment[:, -5:].numpy(), atol=1e-6)
     np.testing.assert_allclose(alignment[:, :-5].numpy(), 0.0, atol=1e-6)  # no weight on padding
