@@ -143,7 +143,8 @@ class LocationEncoderAttention(nn.Module):
         if self.shared is not None and self.leads:
             self.shared["focus"] = focus
         if incremental_state is not None:
-            state = dict(memory, step=torch.tensor(first_step + query.size(0) - 1))
+            # the step count stays on the host (explicitly): reading it each step needs no device sync
+            state = dict(memory, step=torch.tensor(first_step + query.size(0) - 1, device="cpu"))
             for name, value in (location or {}).items():
                 state[STATE_PREFIX + name] = value
             self.set_incremental_state(incremental_state, "location", state)
