@@ -36,7 +36,7 @@ CONFIGURATIONS = [(name, {}) for name in TRANSFORMER_PRESETS] + [
     ("transformer_monoattn_recency", {"direction_gate": False}),
     ("transformer_monoattn", {"direction_gate_hard": True}),
     ("transformer_monoattn", {"direction_gate_keep_end": True, "direction_temperature": 50.0}),
-    ("transformer_monoattn_recency", {"decoder_recency_exempt_start": True}),
+    ("transformer_monoattn_recency", {"decoder_recency_exempt_start": False}),
 ]
 
 
@@ -353,7 +353,8 @@ def test_a_recency_preset_is_its_base_preset_with_the_length_generalisation_opti
     preset = parsed(["--arch", f"transformer_{step}_recency"])
     chosen = {k: getattr(preset, k) for k in LENGTH_GENERALISATION}
     expected = dict(no_token_positional_embeddings=True, direction_gate=True, direction_gate_summary="none",
-                    direction_temperature=50.0, direction_gate_keep_end=True, decoder_recency_bias=1.0)  # fmt: skip
+                    direction_temperature=50.0, direction_gate_keep_end=True, decoder_recency_bias=1.0,
+                    decoder_recency_exempt_start=True)  # fmt: skip
     assert chosen == expected
     base = parsed(["--arch", f"transformer_{step}", *LENGTH_GENERALISATION_OPTIONS])
     differing = {k for k in vars(preset) if k not in ("arch", "_name") and getattr(preset, k) != getattr(base, k, None)}

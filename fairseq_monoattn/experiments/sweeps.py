@@ -208,16 +208,26 @@ register(
 # line; tests/test_transformer.py checks that the two are the same model
 LENGTH_GENERALISATION_OPTIONS = (
     "--no-token-positional-embeddings", "--direction-gate-summary", "none", "--direction-temperature", "50",
-    "--direction-gate-keep-end", "True", "--decoder-recency-bias", "1",
+    "--direction-gate-keep-end", "True", "--decoder-recency-bias", "1", "--decoder-recency-exempt-start", "True",
 )  # fmt: skip
 register(
     Sweep(
         "transformer-length",
         "the same with the _recency presets' options: no positional encodings, a direction gate of one "
-        "learned number at temperature 50 that keeps </s> last, the recency bias",
+        "learned number at temperature 50 that keeps </s> last, the recency bias sparing the start symbol",
+        grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
+        variant="start-end-gate50-recency1",
+        options=LENGTH_GENERALISATION_OPTIONS,
+        results=TRANSFORMER_RESULTS,
+    )
+)
+register(
+    Sweep(
+        "transformer-length-fading-start",
+        "the _recency presets' options but the start symbol's exemption from the recency bias",
         grid(TRANSFORMER_TASKS, TRANSFORMER_MODELS),
         variant="no-pos-end-gate50-recency1",
-        options=LENGTH_GENERALISATION_OPTIONS,
+        options=LENGTH_GENERALISATION_OPTIONS[:-2],
         results=TRANSFORMER_RESULTS,
     )
 )

@@ -372,7 +372,9 @@ TRANSFORMER_PRESETS: Dict[str, Dict[str, Any]] = {
 # the same for every order of the same tokens), at temperature 50 so that it settles on one order in
 # the first epoch rather than fitting the training lengths with a mixture, reversing the tokens but
 # keeping the source's </s> last; and the decoder's self-attention biased by distance, score - (i - j),
-# so that what it reads of its last outputs is the same at every length (docs/transformer.md).
+# so that what it reads of its last outputs is the same at every length, but for the start symbol, at
+# distance 0 from every step: heads that rest on it would otherwise lose it as the output grows
+# (docs/transformer.md).
 LENGTH_GENERALISATION = dict(
     no_token_positional_embeddings=True,
     direction_gate=True,
@@ -380,6 +382,7 @@ LENGTH_GENERALISATION = dict(
     direction_temperature=50.0,
     direction_gate_keep_end=True,
     decoder_recency_bias=1.0,
+    decoder_recency_exempt_start=True,
 )
 for _base in ("transformer_onestep", "transformer_monoattn"):
     TRANSFORMER_PRESETS[f"{_base}_recency"] = dict(TRANSFORMER_PRESETS[_base], **LENGTH_GENERALISATION)
