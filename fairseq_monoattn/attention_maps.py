@@ -224,8 +224,7 @@ def decoder_self_attention(model, src_ids: torch.Tensor, output_ids: torch.Tenso
     layers = []
     with torch.no_grad():
         for attention, query, mask in captured:
-            steps, batch, width = query.shape
-            heads = attention.num_heads
+            steps, heads = query.size(0), attention.num_heads  # query (T, 1, C): one sentence
             q = (attention.q_proj(query) * attention.scaling).view(steps, heads, -1).transpose(0, 1)
             k = attention.k_proj(query).view(steps, heads, -1).transpose(0, 1)
             scores = q @ k.transpose(1, 2)  # (heads, T, T)

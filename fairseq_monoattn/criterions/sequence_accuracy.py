@@ -31,6 +31,9 @@ SUMMED_COUNTS = {
     "n_correct_tokens": "_correct_tokens",
     "n_correct_sequences": "_correct_sequences",
 }
+# logging-output keys of the direction gate over a validation batch's sources: sum of g, count of
+# g > 0.5, count (the length_generalization task reduces them)
+GATE_COUNTS = ("_gate_sum", "_gate_forward", "_gate_total")
 
 
 @dataclass
@@ -65,15 +68,15 @@ def correct_counts(lprobs, target, pad: int):
 
 
 def direction_gate_counts(net_output) -> dict:
-    """Sums over a batch's sources of the direction gate g of the pass (the decoder's
-    extra["direction"]): "_gate_sum", "_gate_forward" (g > 0.5), "_gate_total"; {} without a gate.
-    The length_generalization task reduces them to direction_gate and reads_forward."""
+    """GATE_COUNTS of the direction gate g of the pass (the decoder's extra["direction"]): sum of g,
+    count of g > 0.5, count of sources; {} without a gate.  The length_generalization task reduces
+    them to direction_gate and reads_forward."""
     extra = net_output[1] if isinstance(net_output, tuple) and len(net_output) > 1 else None
     gate = extra.get("direction") if isinstance(extra, dict) else None
     if gate is None:
         return {}
     gate = gate.detach().double()
-    return {"_gate_sum": gate.sum().item(), "_gate_forward": int((gate > 0.5).sum()), "_gate_total": gate.numel()}
+    return dict(zip(GATE_COUNTS, (gate.sum().item(), int((gate > 0.5).sum()), gate.numel())))
 
 
 @register_criterion("seq_acc", dataclass=SequenceAccuracyConfig)

@@ -259,7 +259,8 @@ def install_location_attention(decoder, args: Namespace) -> None:
             # one focus, one direction: the positions the leader's focus names are those of its
             # g e + (1 - g) reverse(e), so every layer reads the values in that order
             attention.direction_gate = leader.direction_gate
-        leader = leader or attention
+        if leader is None:
+            leader = attention
         layer = decoder.layers[index]
         layer.encoder_attn = LocationEncoderAttention(
             attention, shared=shared, leads=position == 0, gate_summary=args.direction_gate_summary

@@ -34,6 +34,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
+from ..criterions.sequence_accuracy import GATE_COUNTS
 from ..dictionaries import check_dictionaries, symbols
 from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
@@ -48,8 +49,6 @@ SAMPLES_TO_PRINT = 3
 
 # logging-output key -> hidden meter summed over batches and workers
 GREEDY_COUNTS = {"_acc_correct": "correct", "_acc_total": "size", "_acc_edit_distance": "edit_distance"}
-# logging-output keys of the direction gate over the validation sources: sum of g, count of g > 0.5, count
-GATE_COUNTS = ("_gate_sum", "_gate_forward", "_gate_total")
 MAXIMIZED = {"accuracy", "exact_match", "token_acc"}
 MINIMIZED = {"loss", "nll_loss", "ppl", "edit_distance"}
 
