@@ -20,7 +20,11 @@ from fairseq.sequence_generator import SequenceGenerator
 from model_helpers import ALL_ARCHS, batch, build, digit_dictionary, random_digits
 
 from fairseq_monoattn.metrics import GreedyDecoder, greedy_hypotheses
-from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS, LocationEncoderAttention
+from fairseq_monoattn.models.transformer_monoattn import (
+    TRANSFORMER_PRESETS,
+    LocationEncoderAttention,
+    LocationTransformerDecoder,
+)
 
 D = digit_dictionary()
 # the GRU family and the Transformer presets (whose location layers are the plugin's code; the rest
@@ -29,22 +33,46 @@ DEVICE_ARCHS = ALL_ARCHS + list(TRANSFORMER_PRESETS)
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]
 
 
+def meta_tensors(value):
+    """The meta tensors in a returned value (tensors, and tuples, lists and dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.device.type == "meta" else []
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in meta_tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in meta_tensors(item)]
+    return []
+
+
 def on_meta_default(function):
+    """``function`` run with the default device "meta"; a meta tensor in what it returns is an error
+    too (fairseq's code may add a meta tensor to CPU ones without raising)."""
+
     @functools.wraps(function)
     def wrapped(*args, **kwargs):
         with torch.device("meta"):
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+        if meta_tensors(result):
+            raise RuntimeError(f"{function.__qualname__} returned a tensor made on the default device")
+        return result
 
     return wrapped
 
 
 def plugin_code_on_meta_default(model):
     """Run every method of the plugin's model that fairseq calls with the default device "meta"
-    (of a Transformer: its location layers' and the decoder's recency mask)."""
-    locations = [m for m in model.modules() if isinstance(m, LocationEncoderAttention)]
-    if locations or hasattr(model.decoder, "recency_mask_for_one_step"):
+    (of a Transformer: its location layers', and the decoder's recency mask and window)."""
+    if isinstance(model.decoder, LocationTransformerDecoder):
+        locations = [m for m in model.modules() if isinstance(m, LocationEncoderAttention)]
         methods = [(m, ("forward", "reorder_incremental_state")) for m in locations]
-        methods.append((model.decoder, ("recency_mask_for_one_step", "forget_old_steps")))
+        methods.append((model.decoder, ("forget_old_steps",)))
+        # the recency mask runs as a hook the self-attentions hold: swap in the wrapped method there
+        wrapped = on_meta_default(model.decoder.recency_mask_for_one_step)
+        for layer in model.decoder.layers:
+            hooks = layer.self_attn._forward_pre_hooks
+            for key, hook in hooks.items():
+                if hook == model.decoder.recency_mask_for_one_step:
+                    hooks[key] = wrapped
     else:
         methods = (
             (model.encoder, ("forward", "reorder_encoder_out")),
