@@ -193,25 +193,32 @@ def print_update_split(archs, data_bin: Path, updates: int) -> None:
 
 def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
     """Seconds of each of the first ``epochs`` epochs of ``arch`` on ``task`` (data seed 1) with the
-    paper's recipe, validation (greedy decoding of the valid split) and checkpoint saving included:
-    the differences of fairseq's ``wall`` clock at the end of each epoch."""
+    paper's recipe, one epoch being everything from fairseq's "begin training epoch N" to the next
+    one (to "done training" for the last): its updates, the greedy decoding of the valid split
+    and the checkpoints it saves; the process's start and the data's loading are outside.  fairseq's
+    own clocks count whole seconds (and ``train_wall`` only the updates), so the log's lines are
+    timed as they arrive."""
     from .recipes import recipe_options
 
     data = root / f"{task}-seed1"
     if not (data / "manifest.json").exists():
         prepare(task, data, seed=1, joined_dictionary=True)
+    starts, done, lines = [], [], []
     with tempfile.TemporaryDirectory() as save:
         command = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(PLUGIN_DIR),
                    "--arch", arch, *recipe_options("paper", max_epoch=epochs), "--seed", "1", "--save-dir", save,
                    "--no-epoch-checkpoints", "--log-format", "json", "--no-progress-bar"]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"fairseq-train failed for {arch} on {task}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    # an epoch's summary line ("train_num_updates" ...) gives fairseq's clock at its end as "train_wall"
-    lines = (done.stdout + done.stderr).splitlines()
-    walls = [float(json.loads(line[line.index("{"):])["train_wall"]) for line in lines
-             if '"train_num_updates"' in line]  # fmt: skip
-    return [b - a for a, b in zip([0.0] + walls, walls)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as run:
+            for line in run.stdout:
+                if "begin training epoch" in line:
+                    starts.append(time.perf_counter())
+                elif "done training in" in line:
+                    done.append(time.perf_counter())
+                lines.append(line)
+    if run.returncode != 0 or len(starts) != epochs or len(done) != 1:
+        raise SystemExit(f"fairseq-train failed for {arch} on {task}:\n{''.join(lines[-60:])}")
+    return [b - a for a, b in zip(starts, starts[1:] + done)]
 
 
 # -- decoding ----------------------------------------------------------------------------

@@ -84,3 +84,51 @@ def test_fairseq_train_timed_in_process_gives_nested_times(tmp_path):
     data = write_copy_dataset(tmp_path / "data", {"train": (96, 2, 5), "valid": (12, 3, 6)})
     split = benchmarking.update_split(data / "bin", ["--arch", "gru_onestep"], updates=12)
     assert 0 < split["model"] < split["trainer"] < split["loop"]
+
+
+class ScriptedTraining:
+    """fairseq-train's log as ``subprocess.Popen`` would stream it, without training."""
+
+    def __init__(self, lines, returncode=0):
+        self.lines, self.returncode = lines, returncode
+
+    def __call__(self, command, **kwargs):
+        self.stdout = iter(self.lines)
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def scripted_epochs(monkeypatch, tmp_path, lines, clock, returncode=0):
+    (tmp_path / "copy-seed1").mkdir()
+    (tmp_path / "copy-seed1" / "manifest.json").write_text("{}")  # the data counts as prepared
+    monkeypatch.setattr(benchmarking.subprocess, "Popen", ScriptedTraining(lines, returncode))
+    ticks = iter(clock)
+    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: next(ticks))
+    return benchmarking.epoch_seconds("copy", "gru_onestep", tmp_path, epochs=2)
+
+
+def test_an_epoch_runs_from_its_start_to_the_next_ones_validation_and_checkpoints_included(monkeypatch, tmp_path):
+    """Epoch 1 from its "begin training epoch" (clock 10) to epoch 2's (13.5), past its validation and
+    summary; epoch 2 to "done training" (20): 3.5 and 6.5 seconds, where fairseq's whole-second
+    train_wall (updates only) says 3 and 5."""
+    lines = [
+        "fairseq_cli.train | loaded 3 examples\n",
+        "fairseq.trainer | begin training epoch 1\n",
+        'fairseq_cli.train | begin validation on "valid" subset\n',
+        '{"epoch": 1, "train_wall": "3", "train_num_updates": "4"}\n',
+        "fairseq.trainer | begin training epoch 2\n",
+        '{"epoch": 2, "train_wall": "8", "train_num_updates": "8"}\n',
+        "fairseq_cli.train | done training in 9.9 seconds\n",
+    ]
+    assert scripted_epochs(monkeypatch, tmp_path, lines, [10.0, 13.5, 20.0]) == [3.5, 6.5]
+
+
+def test_a_training_that_fails_or_ends_early_is_an_error_with_its_log(monkeypatch, tmp_path):
+    lines = ["fairseq.trainer | begin training epoch 1\n", "RuntimeError: out of memory\n"]
+    with pytest.raises(SystemExit, match="out of memory"):
+        scripted_epochs(monkeypatch, tmp_path, lines, [1.0], returncode=1)

@@ -266,6 +266,7 @@ def write_record(args, path: Path, run: int, keys: dict, manifest: dict, outcome
         "test_checkpoint_epoch": test["epochs_taken"],
         "checkpoint": str(folder / test["checkpoint"]),
         "wall_seconds": outcome["wall_seconds"],
+        "epoch_seconds": train.get("epoch_seconds"),
         "command": [sys.executable, *sys.argv],
         "commands": outcome["commands"],
         "env": dict(
@@ -323,12 +324,14 @@ def release_main(action: str, release: str, dataset: str, *rest):
     import train as release_train
 
     model, run, epochs, out = rest
-    dev_scores, result = [], {}
-    load_config, compose_dev_metric, run_once = (
+    dev_scores, result, epoch_starts = [], {}, []
+    load_config, compose_dev_metric, run_once, display = (
         release_train.load_config,
         release_train.compose_dev_metric,
         release_train.run,
+        release_train.display,
     )
+    clock = time.perf_counter
 
     def budgeted_config(args):
         config = load_config(args)
@@ -341,11 +344,20 @@ def release_main(action: str, release: str, dataset: str, *rest):
 
     def recorded_run(args, config, time=0):
         result["returned"] = run_once(args, config, time)
+        result["ended"] = clock()
         return result["returned"]
+
+    def timed_display(text, *args, **kwargs):
+        # an epoch: from the release's "Training Epoch # N" to the next (its updates, its validation,
+        # its checkpoints), the last one to the end of its run
+        if "Training Epoch #" in text:
+            epoch_starts.append(clock())
+        return display(text, *args, **kwargs)
 
     release_train.load_config = budgeted_config
     release_train.compose_dev_metric = recorded_dev_metric
     release_train.run = recorded_run
+    release_train.display = timed_display
     argv = ["--model", model, "--dataset", dataset, "--initial_time", run, "--times", str(int(run) + 1)]
     argv += ["--device", "cpu", "--no_display", "True", "--display_params", "False"]
     argv += ["--test", str(action == "test")]
@@ -360,7 +372,9 @@ def release_main(action: str, release: str, dataset: str, *rest):
         "checkpoint": f"inference_weights/{dataset}_{model}_seq2seq/{run}.pt",
     }
     if action == "train":
-        summary.update(dev_scores=dev_scores, best_epoch=epochs_taken, best_dev_metric=metrics)
+        ends = epoch_starts[1:] + [result["ended"]]
+        seconds = [round(b - a, 2) for a, b in zip(epoch_starts, ends)]
+        summary.update(dev_scores=dev_scores, best_epoch=epochs_taken, best_dev_metric=metrics, epoch_seconds=seconds)
     else:
         summary.update(metrics=metrics)
     Path(out).write_text(json.dumps(summary, indent=1))
