@@ -936,9 +936,9 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
 def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     """aggregate --release: per cell the release ran, the paper's value, the release's median over
     its runs and the plugin's median over its seeds, how many runs of each have the paper's verdict
-    at every length, and which of the two medians reaches another verdict; then how the cells where
-    the plugin differs divide (the release differs too, both split by seed, no run of the plugin
-    agrees, not run)."""
+    at every length, Fisher's p that both have the same share of such runs, and which of the two
+    medians reaches another verdict; then how the cells where the plugin differs divide (the release
+    differs too, both split by seed, no run of the plugin agrees, shares apart, not run)."""
     from fairseq_monoattn.catalog import paper_value
     from fairseq_monoattn.cli.aggregate import main as aggregate_main
 
@@ -969,29 +969,47 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     # Relative: both programs have runs on both sides; the medians part
     plugin_runs("gru_relative", (100, 100, 100), (0, 0, 0), (0, 0, 0))
     release_runs("BiGRUrel", "gru_relative", (100, 100, 100), (0, 0, 0), (100, 100, 100))
+    # MonoAttn, where 5 runs of the release have the paper's verdict and none of the plugin's 5
+    plugin_runs("gru_monoattn", *[(0, 0, 0)] * 5)
+    release_runs("BiGRU_MonoAttn", "gru_monoattn", *[(100, 100, 100)] * 5)
     # not run by the release: listed when the plugin differs (Bi-Relative), left out when it agrees (Content)
     plugin_runs("gru_birelative", (0, 0, 0))
     plugin_runs("gru_content", (0, 0, 0))
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 8
+    assert len(out) == 9
     assert paper_value("copy", "gru_mix_onestep", "test15") < 50  # the paper reports this cell as failing
     rows = {tuple(c.strip() for c in line.strip("|").split("|"))[1]: [c.strip() for c in line.strip("|").split("|")]
-            for line in out[2:6]}  # fmt: skip
-    assert rows["gru_mix_onestep"][3:] == ["100 / 99 / 98 (3)", "100 / 100 / 98 (2)", "0 of 3, 0 of 2",
+            for line in out[2:7]}  # fmt: skip
+    assert rows["gru_mix_onestep"][3:] == ["100 / 99 / 98 (3)", "100 / 100 / 98 (2)", "0 of 3, 0 of 2", "1",
                                            "release and plugin"]  # fmt: skip
-    assert rows["gru_onestep"][3:] == ["100 / 100 / 99 (3)", "0 / 0 / 0 (1)", "2 of 3, 0 of 1", "plugin"]
-    assert rows["gru_relative"][3:] == ["100 / 100 / 100 (3)", "0 / 0 / 0 (3)", "2 of 3, 1 of 3", "plugin"]
-    assert rows["gru_birelative"][3:] == ["not run", "0 / 0 / 0 (1)", "-, 0 of 1", "plugin"]
-    assert out[7] == (
-        "Of the 4 cells whose plugin records differ from the paper, the release ran 3: it differs from the paper "
-        "too in 1, agrees with it in 2 (in 1 of them both programs have runs with and runs without the paper's "
-        "verdict; in 1 no run of the plugin has it); 1 not run."
+    assert rows["gru_onestep"][3:] == ["100 / 100 / 99 (3)", "0 / 0 / 0 (1)", "2 of 3, 0 of 1", "1", "plugin"]
+    assert rows["gru_relative"][3:] == ["100 / 100 / 100 (3)", "0 / 0 / 0 (3)", "2 of 3, 1 of 3", "1", "plugin"]
+    # 5 of 5 against 0 of 5: p = 2 / C(10, 5) = 2 / 252
+    assert rows["gru_monoattn"][3:] == ["100 / 100 / 100 (5)", "0 / 0 / 0 (5)", "5 of 5, 0 of 5", "0.0079", "plugin"]
+    assert rows["gru_birelative"][3:] == ["not run", "0 / 0 / 0 (1)", "-, 0 of 1", "-", "plugin"]
+    assert out[8] == (
+        "Of the 5 cells whose plugin records differ from the paper, the release ran 4: it differs from the paper "
+        "too in 1, agrees with it in 3 (in 1 of them both programs have runs with and runs without the paper's "
+        "verdict; in 2 no run of the plugin has it; in 1 the two programs' shares of runs with the paper's verdict "
+        "differ, p < 0.05); 1 not run."
     )
 
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1
     assert "seed1.json" in capsys.readouterr().err
+
+
+def test_fishers_exact_test_gives_the_textbook_values():
+    """Two-sided p: the lady tasting tea (3 of 3 against 0 of 3: 2 / 20), 5 of 5 against 0 of 5
+    (2 / 252), Fisher's own [[1, 9], [11, 3]] (0.002759), and 1 for tables as likely as any."""
+    from fairseq_monoattn.experiments.aggregate import fisher_exact
+
+    assert fisher_exact(3, 0, 0, 3) == pytest.approx(0.1)
+    assert fisher_exact(5, 0, 0, 5) == pytest.approx(2 / 252)
+    assert fisher_exact(1, 9, 11, 3) == pytest.approx(0.0027594562)
+    assert fisher_exact(2, 1, 1, 2) == pytest.approx(1.0)
+    assert fisher_exact(0, 3, 0, 2) == 1.0
 
 
 def test_a_sweep_writes_to_its_own_results_folder_unless_told(tmp_path, monkeypatch, capsys):

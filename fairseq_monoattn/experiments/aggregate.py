@@ -10,6 +10,7 @@ Probing tasks: median over seeds (the paper: median of 5); SCAN and CFQ: mean +-
 whether our mean is within the paper's mean +- 2 std (every model is "partial" there).
 """
 
+import math
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -396,6 +397,20 @@ def read_release_records(folder: Path) -> List[dict]:
     return records
 
 
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided p of Fisher's exact test on the 2 x 2 table [[a, b], [c, d]]: with its margins
+    fixed, the hypergeometric probability of every table no more likely than this one, summed."""
+    row1, row2, col1 = a + b, c + d, a + c
+    tables = math.comb(row1 + row2, col1)
+
+    def probability(x):
+        return math.comb(row1, x) * math.comb(row2, col1 - x) / tables
+
+    observed = probability(a)
+    possible = range(max(0, col1 - row2), min(row1, col1) + 1)
+    return min(1.0, sum(q for q in map(probability, possible) if q <= observed * (1 + 1e-9)))
+
+
 def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> str:
     """Markdown: every cell the release ran and every cell whose plugin records (default variant)
     differ from the paper, with the paper's value, the release's median ("not run" without release
@@ -403,15 +418,17 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
     at every length, and whose median verdict differs from the paper's; then how the disagreeing
     cells divide.  A cell whose median the release gets right and the plugin does not is "split" when
     both programs have runs on both sides of the paper's verdict (the seed decides, in both), and a
-    difference of the plugin's when none of its runs has the paper's verdict."""
+    difference of the plugin's when none of its runs has the paper's verdict.  p is Fisher's exact
+    test of "the two programs have the same share of runs with the paper's verdict": below 0.05,
+    the run counts show the programs apart."""
     plugin = collect(records)
     by_cell: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
     for record in release_records:
         by_cell[(record["task"], record["plugin_preset"])].append(record)
     lines = [
         "| task | model | the paper | the release: median (runs) | the plugin: median (seeds) "
-        "| runs with the paper's verdict: release, plugin | differs from the paper |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| runs with the paper's verdict: release, plugin | p, same share | differs from the paper |",
+        "| --- | --- | --- | --- | --- | --- | ---: | --- |",
     ]
     rows, counts = [], defaultdict(int)
     probing = {key for key in plugin if not is_mean_std(key[0])}  # SCAN and CFQ: means ± std, not verdicts
@@ -434,6 +451,7 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
         plugin_differs = differs(ours)
         if not runs and not plugin_differs:
             continue
+        same_share = fisher_exact(their_agree, len(runs) - their_agree, our_agree, len(our_runs) - our_agree)
         who = [name for name, values in (("release", theirs), ("plugin", ours)) if differs(values)]
         if plugin_differs:
             counts["plugin differs"] += 1
@@ -441,21 +459,25 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
                 counts["release not run"] += 1
             elif differs(theirs):
                 counts["release differs too"] += 1
-            elif 0 < their_agree < len(runs) and 0 < our_agree < len(our_runs):
-                counts["split"] += 1
-            elif our_agree == 0:
-                counts["plugin only"] += 1
             else:
-                counts["release agrees, other"] += 1
+                if same_share < 0.05:
+                    counts["shares apart"] += 1
+                if 0 < their_agree < len(runs) and 0 < our_agree < len(our_runs):
+                    counts["split"] += 1
+                elif our_agree == 0:
+                    counts["plugin only"] += 1
+                else:
+                    counts["release agrees, other"] += 1
         released = f"{' / '.join(fmt(v) for v in theirs)} ({len(runs)})" if runs else "not run"
         agreeing = (
             f"{their_agree} of {len(runs)}, {our_agree} of {len(our_runs)}"
             if runs
             else f"-, {our_agree} of {len(our_runs)}"
         )
+        shown_p = f"{same_share:.2g}" if runs else "-"
         rows.append(((table_order(task), arch), f"| {title(task)} | {arch} | {' / '.join(fmt(p) for p in paper)} | "
                      f"{released} | {' / '.join(fmt(v) for v in ours)} ({len(cell.records) if cell else 0}) | "
-                     f"{agreeing} | {' and '.join(who) or 'neither'} |"))  # fmt: skip
+                     f"{agreeing} | {shown_p} | {' and '.join(who) or 'neither'} |"))  # fmt: skip
     lines += [row for _, row in sorted(rows)]
     release_agrees = counts["split"] + counts["plugin only"] + counts["release agrees, other"]
     lines += [
@@ -464,7 +486,8 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
         f"ran {counts['plugin differs'] - counts['release not run']}: it differs from the paper too in "
         f"{counts['release differs too']}, agrees with it in {release_agrees} (in {counts['split']} of them both "
         f"programs have runs with and runs without the paper's verdict; in {counts['plugin only']} no run of the "
-        f"plugin has it); {counts['release not run']} not run.",
+        f"plugin has it; in {counts['shares apart']} the two programs' shares of runs with the paper's verdict "
+        f"differ, p < 0.05); {counts['release not run']} not run.",
     ]
     return "\n".join(lines)
 
