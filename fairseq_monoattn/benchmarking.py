@@ -192,18 +192,19 @@ def print_update_split(archs, data_bin: Path, updates: int) -> None:
 
 
 def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
-    """Seconds of each of the first ``epochs`` epochs of ``arch`` on ``task`` (data seed 1) with the
-    paper's recipe, one epoch being everything from fairseq's "begin training epoch N" to the next
-    one (to "done training" for the last): its updates, the greedy decoding of the valid split
-    and the checkpoints it saves; the process's start and the data's loading are outside.  fairseq's
-    own clocks count whole seconds (and ``train_wall`` only the updates), so the log's lines are
-    timed as they arrive."""
+    """Per epoch of the first ``epochs`` of ``arch`` on ``task`` (data seed 1) with the paper's
+    recipe, {"epoch": seconds, "validation": seconds}: an epoch runs from fairseq's "begin training
+    epoch N" to the next one (to "done training" for the last), so it holds its updates, the greedy
+    decoding of the valid split and the checkpoints it saves; "validation" is the part from "begin
+    validation" on (decoding and saving).  The process's start and the data's loading are outside.
+    fairseq's own clocks count whole seconds (and ``train_wall`` only the updates), so the log's
+    lines are timed as they arrive."""
     from .recipes import recipe_options
 
     data = root / f"{task}-seed1"
     if not (data / "manifest.json").exists():
         prepare(task, data, seed=1, joined_dictionary=True)
-    starts, done, lines = [], [], []
+    starts, validations, done, lines = [], [], [], []
     with tempfile.TemporaryDirectory() as save:
         command = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(PLUGIN_DIR),
                    "--arch", arch, *recipe_options("paper", max_epoch=epochs), "--seed", "1", "--save-dir", save,
@@ -211,14 +212,15 @@ def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as run:
             for line in run.stdout:
-                if "begin training epoch" in line:
-                    starts.append(time.perf_counter())
-                elif "done training in" in line:
-                    done.append(time.perf_counter())
+                for marker, times in (("begin training epoch", starts), ("begin validation", validations),
+                                      ("done training in", done)):  # fmt: skip
+                    if marker in line:
+                        times.append(time.perf_counter())
                 lines.append(line)
-    if run.returncode != 0 or len(starts) != epochs or len(done) != 1:
+    if run.returncode != 0 or not len(starts) == len(validations) == epochs or len(done) != 1:
         raise SystemExit(f"fairseq-train failed for {arch} on {task}:\n{''.join(lines[-60:])}")
-    return [b - a for a, b in zip(starts, starts[1:] + done)]
+    ends = starts[1:] + done
+    return [{"epoch": end - start, "validation": end - valid} for start, valid, end in zip(starts, validations, ends)]
 
 
 # -- decoding ----------------------------------------------------------------------------
@@ -597,8 +599,6 @@ def main(argv=None):
         print_update_split(archs, ensure_copy_data(args.data), args.updates)
     if args.epoch:
         task, arch = args.epoch
-        seconds = epoch_seconds(task, arch, args.data, args.epochs)
-        print(
-            f"\n{arch} on {task}, the paper's recipe (training and greedy validation), one thread: "
-            + ", ".join(f"epoch {i + 1} {s:.1f} s" for i, s in enumerate(seconds))
-        )
+        epochs = epoch_seconds(task, arch, args.data, args.epochs)
+        timed = [f"epoch {i + 1} {e['epoch']:.1f} s ({e['validation']:.1f} s validating)" for i, e in enumerate(epochs)]
+        print(f"\n{arch} on {task}, the paper's recipe, one thread: " + ", ".join(timed))

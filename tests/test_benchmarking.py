@@ -113,19 +113,23 @@ def scripted_epochs(monkeypatch, tmp_path, lines, clock, returncode=0):
 
 
 def test_an_epoch_runs_from_its_start_to_the_next_ones_validation_and_checkpoints_included(monkeypatch, tmp_path):
-    """Epoch 1 from its "begin training epoch" (clock 10) to epoch 2's (13.5), past its validation and
-    summary; epoch 2 to "done training" (20): 3.5 and 6.5 seconds, where fairseq's whole-second
-    train_wall (updates only) says 3 and 5."""
+    """Epoch 1 from its "begin training epoch" (clock 10) to epoch 2's (13.5), past its validation
+    (from 12.5) and summary; epoch 2 to "done training" (20), validating from 18: 3.5 and 6.5 seconds
+    of which 1 and 2 validating, where fairseq's whole-second train_wall (updates only) says 3 and 5."""
     lines = [
         "fairseq_cli.train | loaded 3 examples\n",
         "fairseq.trainer | begin training epoch 1\n",
         'fairseq_cli.train | begin validation on "valid" subset\n',
         '{"epoch": 1, "train_wall": "3", "train_num_updates": "4"}\n',
         "fairseq.trainer | begin training epoch 2\n",
+        'fairseq_cli.train | begin validation on "valid" subset\n',
         '{"epoch": 2, "train_wall": "8", "train_num_updates": "8"}\n',
         "fairseq_cli.train | done training in 9.9 seconds\n",
     ]
-    assert scripted_epochs(monkeypatch, tmp_path, lines, [10.0, 13.5, 20.0]) == [3.5, 6.5]
+    assert scripted_epochs(monkeypatch, tmp_path, lines, [10.0, 12.5, 13.5, 18.0, 20.0]) == [
+        {"epoch": 3.5, "validation": 1.0},
+        {"epoch": 6.5, "validation": 2.0},
+    ]
 
 
 def test_a_training_that_fails_or_ends_early_is_an_error_with_its_log(monkeypatch, tmp_path):

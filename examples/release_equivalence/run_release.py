@@ -267,6 +267,7 @@ def write_record(args, path: Path, run: int, keys: dict, manifest: dict, outcome
         "checkpoint": str(folder / test["checkpoint"]),
         "wall_seconds": outcome["wall_seconds"],
         "epoch_seconds": train.get("epoch_seconds"),
+        "validation_seconds": train.get("validation_seconds"),
         "command": [sys.executable, *sys.argv],
         "commands": outcome["commands"],
         "env": dict(
@@ -324,7 +325,7 @@ def release_main(action: str, release: str, dataset: str, *rest):
     import train as release_train
 
     model, run, epochs, out = rest
-    dev_scores, result, epoch_starts = [], {}, []
+    dev_scores, result, epoch_starts, validation_starts = [], {}, [], []
     load_config, compose_dev_metric, run_once, display = (
         release_train.load_config,
         release_train.compose_dev_metric,
@@ -349,9 +350,11 @@ def release_main(action: str, release: str, dataset: str, *rest):
 
     def timed_display(text, *args, **kwargs):
         # an epoch: from the release's "Training Epoch # N" to the next (its updates, its validation,
-        # its checkpoints), the last one to the end of its run
+        # its checkpoints), the last one to the end of its run; its validation from "Validating Epoch"
         if "Training Epoch #" in text:
             epoch_starts.append(clock())
+        elif "Validating Epoch #" in text:
+            validation_starts.append(clock())
         return display(text, *args, **kwargs)
 
     release_train.load_config = budgeted_config
@@ -373,8 +376,9 @@ def release_main(action: str, release: str, dataset: str, *rest):
     }
     if action == "train":
         ends = epoch_starts[1:] + [result["ended"]]
-        seconds = [round(b - a, 2) for a, b in zip(epoch_starts, ends)]
-        summary.update(dev_scores=dev_scores, best_epoch=epochs_taken, best_dev_metric=metrics, epoch_seconds=seconds)
+        summary.update(dev_scores=dev_scores, best_epoch=epochs_taken, best_dev_metric=metrics)
+        summary["epoch_seconds"] = [round(b - a, 2) for a, b in zip(epoch_starts, ends)]
+        summary["validation_seconds"] = [round(b - a, 2) for a, b in zip(validation_starts, ends)]
     else:
         summary.update(metrics=metrics)
     Path(out).write_text(json.dumps(summary, indent=1))
