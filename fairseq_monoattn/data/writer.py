@@ -121,14 +121,20 @@ def write_lines(path: Path, lines: Iterable[str]) -> None:
 
 def binarize(lines: List[str], dictionary, prefix: Path) -> None:
     """`prefix`.bin / `prefix`.idx in fairseq's mmap format, EOS appended to every line."""
+    import torch
     from fairseq.data import indexed_dataset
 
     builder = indexed_dataset.make_builder(str(prefix) + ".bin", impl="mmap", vocab_size=len(dictionary))
+    # the ids of fairseq's Dictionary.encode_line(line, add_if_not_exist=False), looked up in
+    # Python lists: encode_line stores them one by one into a tensor, three quarters of the time
+    # of preparing a task
+    index, eos, unk = dictionary.indices, dictionary.eos(), dictionary.unk()
     for line in lines:
-        ids = dictionary.encode_line(line, add_if_not_exist=False, append_eos=True)
-        if (ids == dictionary.unk()).any():  # cannot happen: every token is in the dictionary
+        ids = [index.get(token, unk) for token in line.split()]
+        if unk in ids:  # cannot happen: every token is in the dictionary
             raise AssertionError(f"unknown token in {prefix}: {line}")
-        builder.add_item(ids)
+        ids.append(eos)
+        builder.add_item(torch.tensor(ids, dtype=torch.int32))
     builder.finalize(str(prefix) + ".idx")
 
 
