@@ -24,7 +24,7 @@ from fairseq_monoattn.criterions.sequence_accuracy import SequenceAccuracyCriter
 from fairseq_monoattn.data.writer import write_dataset
 from fairseq_monoattn.limits import NO_LENGTH_LIMIT
 from fairseq_monoattn.metrics import Tally
-from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_TEACHER_FORCED
+from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_TEACHER_FORCED, recipe_options, with_value
 
 LN2, LN10 = math.log(2), math.log(10)
 
@@ -610,6 +610,7 @@ def test_paper_recipe_options(tiny_copy):
     assert (cfg.optimization.clip_norm, cfg.dataset.batch_size, cfg.dataset.required_batch_size_multiple) == (5, 32, 1)
     assert (cfg.optimization.max_epoch, cfg.checkpoint.patience) == (100, 50)
     assert cfg.dataset.batch_size_valid == 256 and cfg.task.train_batches == "random"
+    assert cfg.dataset.num_workers == 0  # batches made in the training process
     assert not cfg.dataset.skip_invalid_size_inputs_valid_test
     assert (cfg.task._name, cfg.task.eval_accuracy, cfg.criterion._name) == ("length_generalization", True, "seq_acc")
     assert (cfg.checkpoint.best_checkpoint_metric, cfg.checkpoint.maximize_best_checkpoint_metric) == ("accuracy", True)
@@ -623,3 +624,22 @@ def test_paper_recipe_halves_the_lr_on_the_fifth_epoch_without_improvement(tiny_
     scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
     rates = [scheduler.step(epoch, accuracy) for epoch, accuracy in enumerate([50, 60, 60, 60, 60, 60, 60, 61], 1)]
     assert rates == [1e-3] * 6 + [5e-4, 5e-4]  # the fifth epoch at 60 after the best 60
+
+
+def test_batches_made_in_the_training_process_train_the_same_weights(tiny_copy, tmp_path):
+    """The recipe's --num-workers 0 changes only the time: fairseq's data-loading process
+    (--num-workers 1, its default) hands over the same batches, and two epochs of the recipe end
+    in bit-identical weights and optimizer state."""
+    states = []
+    for workers in (0, 1):
+        save = tmp_path / f"workers{workers}"
+        recipe = with_value(recipe_options("paper", max_epoch=2), "--num-workers", workers)
+        train([str(tiny_copy), "--arch", "gru_monoattn", *recipe, "--seed", "3", "--save-dir", str(save),
+               "--no-epoch-checkpoints", "--no-progress-bar"])  # fmt: skip
+        states.append(torch.load(save / "checkpoint_last.pt", weights_only=False))
+    (first, second) = states
+    assert first["optimizer_history"][-1]["num_updates"] == 2 * 7  # 200 examples, batches of 32
+    assert first["model"].keys() == second["model"].keys()
+    assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
+    moments = [s["last_optimizer_state"]["state"] for s in states]
+    assert all(torch.equal(moments[0][i]["exp_avg_sq"], moments[1][i]["exp_avg_sq"]) for i in moments[0])
