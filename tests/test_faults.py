@@ -289,13 +289,13 @@ def wait_for(condition, seconds: float):
     return condition()
 
 
-@pytest.mark.parametrize("when", ["training", "scoring"])
-def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, when):
+@pytest.mark.parametrize("when, long_examples", [("training", 40), ("scoring", 400)])
+def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, when, long_examples):
     """kill -9 of fairseq-monoattn-run, during training or while scoring: its worker and
     fairseq-train stop with it (no orphan trains on), and the same command finishes the run."""
     work, results = tmp_path / "work", tmp_path / "results"
     spec = tiny_spec(seed=2, max_epoch=4)
-    sizes = {**TINY, "test40": (400, 40, 40)}  # scoring long enough to be caught at it
+    sizes = {**TINY, "test40": (long_examples, 40, 40)}  # 400: scoring long enough to be caught at it
     write_copy_dataset(spec.data_dir(work), sizes, seed=spec.data_seed)
     argv = [
         "fairseq-monoattn-run", "copy", "--arch", "gru_onestep", "--seeds", "2", "--max-epoch", "4",
@@ -318,7 +318,7 @@ def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, whe
     done = command(*argv)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     record = json.loads(spec.record_path(results).read_text())
-    assert record["epochs_run"] == 4 and record["splits"]["test40"]["size"] == 400
+    assert record["epochs_run"] == 4 and record["splits"]["test40"]["size"] == long_examples
 
 
 def test_a_run_another_process_is_training_is_skipped_not_failed(tmp_path):
@@ -345,7 +345,7 @@ def long_copy(tmp_path_factory):
     from fairseq_monoattn.data.prepare import prepare
 
     out = tmp_path_factory.mktemp("long") / "copy"
-    prepare("copy", out, seed=2, test_lengths=[37], test_size=60)
+    prepare("copy", out, seed=2, test_lengths=[37], test_size=24)
     return out
 
 
@@ -368,7 +368,7 @@ def long_copy_task(long_copy):
 @pytest.mark.parametrize("arch", sorted(PRESETS))
 def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy_task, arch):
     """Decoded in float64 (the scorer's default) in batches of 1, 7 and 256, every preset gives the
-    same greedy output for each of 60 length-37 inputs, and the same accuracy."""
+    same greedy output for each of 24 length-37 inputs, and the same accuracy."""
     from model_helpers import build
 
     from fairseq_monoattn.scoring import score_split
