@@ -96,3 +96,20 @@ def test_empty_existing_folder_is_used_and_a_file_is_refused(tmp_path):
 def test_train_split_is_required(tmp_path):
     with pytest.raises(DataError, match="train"):
         write_dataset({"test": tiny_splits()["test"]}, tmp_path / "out", "toy", 3)
+
+
+def test_binary_splits_hold_what_fairseqs_encode_line_gives(tmp_path):
+    """The writer looks the ids up itself (fairseq's Dictionary.encode_line is slow); the .bin/.idx
+    it writes must hold exactly encode_line's ids, EOS appended, in fairseq's smallest dtype."""
+    from fairseq.data import data_utils
+
+    lines = ["b a", "a c  b", "ä a", "c", "b b b b b b b b b b b b b"]
+    dictionary = writer.make_dictionary([("a", 5), ("b", 4), ("c", 2), ("ä", 1)])
+    writer.binarize(lines, dictionary, tmp_path / "split")
+    dataset = data_utils.load_indexed_dataset(str(tmp_path / "split"), dictionary, "mmap")
+    assert len(dataset) == len(lines)
+    for i, line in enumerate(lines):
+        expected = dictionary.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+        assert dataset[i].tolist() == expected.tolist() and expected[-1] == dictionary.eos()
+    with pytest.raises(AssertionError, match="unknown token"):
+        writer.binarize(["a z"], dictionary, tmp_path / "unknown")
