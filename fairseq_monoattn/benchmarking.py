@@ -65,12 +65,16 @@ def all_presets():
     return list(PRESETS) + list(TRANSFORMER_PRESETS)
 
 
+def prepared_once(task: str, folder: Path, **options) -> Path:
+    """``task``'s data (seed 1) in ``folder``, prepared on first use (``options`` go to prepare)."""
+    if not (folder / "manifest.json").exists():
+        prepare(task, folder, seed=1, **options)
+    return folder
+
+
 def ensure_copy_data(root: Path) -> Path:
     """The binarized Copy data (seed 1) under ``root``, prepared on first use."""
-    data = root / "copy"
-    if not (data / "manifest.json").exists():
-        prepare("copy", data, seed=1)
-    return data / "bin"
+    return prepared_once("copy", root / "copy") / "bin"
 
 
 # -- training ----------------------------------------------------------------------------
@@ -201,9 +205,7 @@ def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
     lines are timed as they arrive."""
     from .recipes import recipe_options
 
-    data = root / f"{task}-seed1"
-    if not (data / "manifest.json").exists():
-        prepare(task, data, seed=1, joined_dictionary=True)
+    data = prepared_once(task, root / f"{task}-seed1", joined_dictionary=True)
     starts, validations, done, lines = [], [], [], []
     with tempfile.TemporaryDirectory() as save:
         command = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(PLUGIN_DIR),
