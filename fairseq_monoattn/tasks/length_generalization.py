@@ -40,6 +40,7 @@ from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 from ..recipes import TASK_DEFAULTS
+from .batches import ArrayPairDataset
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +258,8 @@ class LengthGeneralizationTask(TranslationTask):
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         """fairseq's loader, after checking that both sides of the split are there: a training or
         validation split without its target side would otherwise train a whole epoch and then
-        fail in the criterion."""
+        fail in the criterion.  Its batches are fairseq's, gathered with array operations
+        (``batches.py``)."""
         data = Path(utils.split_paths(self.cfg.data)[0])
         src, tgt = self.cfg.source_lang, self.cfg.target_lang
         needs_target = split == self.cfg.train_subset or split in str(self.cfg.valid_subset).split(",")
@@ -273,6 +275,7 @@ class LengthGeneralizationTask(TranslationTask):
                 f"(its {present[0]} side is there); training and validation need both"
             )
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        self.datasets[split] = ArrayPairDataset.from_dataset(self.datasets[split])
 
     # --- the dictionaries travel with the checkpoint ------------------------------------------
 
