@@ -32,8 +32,13 @@ def reversal_index(lengths: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def gather_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """x (B, T, D) with its positions taken in the order of ``index`` (B, T), e.g. reversal_index's."""
-    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+    """x (B, T, D) with its positions taken in the order of ``index`` (B, T), e.g. reversal_index's:
+    out[b, t] = x[b, index[b, t]].  Whole rows of D numbers are picked from x seen as (B * T, D),
+    which on the CPU is several times faster than ``gather`` with an index of x's full size, forward
+    and backward, and the same numbers."""
+    batch, length = x.shape[:2]
+    rows = index + length * torch.arange(batch, device=index.device).unsqueeze(1)
+    return x.reshape(batch * length, -1).index_select(0, rows.flatten()).view(batch, index.size(1), -1)
 
 
 def sinusoid(positions: torch.Tensor, dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
