@@ -98,13 +98,16 @@ class GreedyDecoder:
         return min(limit, model.max_decoder_positions() - 1)
 
     @torch.no_grad()
-    def generate(self, models, sample) -> List[List[int]]:
+    def generate(self, models, sample, encoder_out=None) -> List[List[int]]:
+        """The outputs of the batch; ``encoder_out``: the model's encoder output for this batch's
+        sources if the caller has it already (in evaluation mode), else it is computed here."""
         (model,) = models
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         batch = src_tokens.size(0)
         max_len = self.max_length(model, src_tokens)
-        encoder_out = model.encoder(src_tokens, net_input.get("src_lengths"))
+        if encoder_out is None:
+            encoder_out = model.encoder(src_tokens, net_input.get("src_lengths"))
         incremental_state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
         tokens = src_tokens.new_full((batch, max_len + 2), self.pad)
         tokens[:, 0] = self.eos
@@ -133,13 +136,15 @@ class GreedyDecoder:
         return outputs
 
 
-def greedy_hypotheses(generator, models, sample) -> List[List[int]]:
+def greedy_hypotheses(generator, models, sample, encoder_out=None) -> List[List[int]]:
     """The best hypothesis of every example of a batch, in the batch's order (EOS included
     when the model emitted one; a hypothesis cut at the length limit ends with the EOS the
-    generator forces, which makes it longer than any target it was allowed for)."""
-    hypos = generator.generate(models, sample)
+    generator forces, which makes it longer than any target it was allowed for).
+    ``encoder_out``: the single model's encoder output for the batch, when the caller has it
+    (the plugin's ``GreedyDecoder`` uses it; fairseq's generator computes its own)."""
     if isinstance(generator, GreedyDecoder):
-        return hypos
+        return generator.generate(models, sample, encoder_out=encoder_out)
+    hypos = generator.generate(models, sample)
     return [h[0]["tokens"].tolist() for h in hypos]
 
 

@@ -305,13 +305,22 @@ class LengthGeneralizationTask(TranslationTask):
         self.samples_left_to_print = SAMPLES_TO_PRINT
 
     def valid_step(self, sample, model, criterion):
-        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
-        if self.cfg.eval_accuracy:
-            tally = self.greedy_tally(sample, model)
-            logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
+        if not self.cfg.eval_accuracy:
+            return super().valid_step(sample, model, criterion)
+        # the teacher-forced pass (the criterion's) and greedy decoding read the same encoder
+        # output of the same sources (evaluation mode: no dropout): compute it once
+        encoder_outputs = []
+        hook = model.encoder.register_forward_hook(lambda _module, _args, out: encoder_outputs.append(out))
+        try:
+            loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
+        finally:
+            hook.remove()
+        encoder_out = encoder_outputs[0] if len(encoder_outputs) == 1 and not model.training else None
+        tally = self.greedy_tally(sample, model, encoder_out)
+        logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
         return loss, sample_size, logging_output
 
-    def greedy_tally(self, sample, model) -> Tally:
+    def greedy_tally(self, sample, model, encoder_out=None) -> Tally:
         """Greedy outputs of one batch scored against its targets (token ids, EOS included).
 
         Decoding stops after (longest target of the batch) + 1 tokens, EOS included.  An
@@ -322,7 +331,7 @@ class LengthGeneralizationTask(TranslationTask):
         pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
         # at most max_len_b tokens before the EOS the generator forces
         self.greedy_generator.max_len_b = longest_target(sample, pad)
-        hypotheses = greedy_hypotheses(self.greedy_generator, [model], sample)
+        hypotheses = greedy_hypotheses(self.greedy_generator, [model], sample, encoder_out)
         targets = [strip_pad(row, pad) for row in sample["target"]]
         tally = Tally()
         tally.add(hypotheses, targets, eos)
