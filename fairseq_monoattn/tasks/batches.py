@@ -39,15 +39,14 @@ class TokenFile:
         return type(dataset) is MMapIndexedDataset and hasattr(index, "_pointers") and hasattr(dataset, "_bin_buffer")
 
     def positions(self, rows: np.ndarray, left_pad: bool):
-        """For a batch of ``rows``: each cell's position in its sequence (negative or past the end
-        in the padding), whether the cell holds a token, and the sequences' lengths."""
+        """For a batch of ``rows`` padded to the longest: each cell's position in its sequence
+        (negative or past the end in the padding) and whether the cell holds a token."""
         lengths = self.sizes[rows]
         width = int(lengths.max()) if len(rows) else 0
         position = np.broadcast_to(np.arange(width), (len(rows), width))
         if left_pad:
             position = position - (width - lengths)[:, None]
-        filled = (position >= 0) & (position < lengths[:, None])
-        return position, filled, lengths
+        return position, (position >= 0) & (position < lengths[:, None])
 
     def gather(self, rows: np.ndarray, position: np.ndarray, filled: np.ndarray, pad: int) -> np.ndarray:
         """tokens[starts[row] + position] where ``filled``, ``pad`` elsewhere, as int64."""
@@ -115,10 +114,10 @@ class ArrayPairDataset(LanguagePairDataset):
         pad, eos = self.src_dict.pad(), self.eos
         source_file, target_file = self.token_files()
         rows = np.asarray(samples, dtype=np.int64)
-        source = torch.from_numpy(source_file.gather(rows, *source_file.positions(rows, self.left_pad_source)[:2], pad))
+        source = torch.from_numpy(source_file.gather(rows, *source_file.positions(rows, self.left_pad_source), pad))
         # fairseq counts the non-pad tokens of each example and sorts by that count, longest first
         source_lengths, order = source.ne(pad).long().sum(1).sort(descending=True)
-        position, filled, _ = target_file.positions(rows, self.left_pad_target)
+        position, filled = target_file.positions(rows, self.left_pad_target)
         target = torch.from_numpy(target_file.gather(rows, position, filled, pad))
         batch = {
             "id": torch.from_numpy(rows).index_select(0, order),
