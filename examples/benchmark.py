@@ -9,13 +9,15 @@
 Run it from the repository root: data is prepared under ``runs/benchmark`` (``--data``).  The code
 is ``fairseq_monoattn.benchmarking``.  With ``--release``, the authors' release (a checkout, run by
 ``examples/release_equivalence/run_release.py`` in its own interpreter) and the plugin each train
-two epochs of OneStep and MonoAttn on the same Inv ReCopy data, the plugin with the paper's recipe
-(greedy validation), the release with its own (teacher-forced validation), one thread each; an
-epoch is timed from its start to the next one's, validation and checkpoints included.
+three epochs of OneStep and MonoAttn on the same Inv ReCopy data, the plugin with the paper's recipe
+(greedy validation), the release with its own (teacher-forced validation), one thread each, in
+``--release-repeats`` pairs of runs (3); an epoch is timed from its start to the next one's,
+validation and checkpoints included, and epochs 2 and 3 of a run are averaged.
 """
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,20 +44,39 @@ def release_epoch_seconds(release: Path, python: str, model: str, task: str = "i
         return [{"epoch": e, "validation": v} for e, v in zip(record["epoch_seconds"], record["validation_seconds"])]
 
 
+def later_epochs(epochs: list) -> dict:
+    """The mean of every epoch after the first (which also warms up allocators and caches)."""
+    later = epochs[1:]
+    return {key: statistics.mean(e[key] for e in later) for key in ("epoch", "validation")}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--release", type=Path, default=None)
     parser.add_argument("--release-python", default=sys.executable)
+    parser.add_argument("--release-repeats", type=int, default=3, help="pairs of runs (plugin, release) a model")
     parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark")
     extra, rest = parser.parse_known_args()
     main(rest + ["--data", str(extra.data)])
     if extra.release is not None:
-        # the second epoch of each (the first also warms up allocators and caches), one process at a time
-        print("\n| model | plugin: epoch 2, s | of which validating | the release: epoch 2, s | of which validating "
-              "| plugin / release |")  # fmt: skip
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        # each pair: the plugin's run, then the release's, one process at a time, 3 epochs each;
+        # an epoch figure is the mean of epochs 2 and 3, the ratio the median over the pairs
+        print(f"\nepochs 2-3 of each run, {extra.release_repeats} pairs of runs a model (medians; the ratio's range)")
+        print("| model | plugin: epoch, s | of which validating | the release: epoch, s | of which validating "
+              "| plugin / release | (range over the pairs) |")  # fmt: skip
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for release_model, arch in MODELS:
-            ours = epoch_seconds("inv_recopy", arch, extra.data, epochs=2)[1]
-            theirs = release_epoch_seconds(extra.release, extra.release_python, release_model, epochs=2)[1]
-            print(f"| {arch} | {ours['epoch']:.1f} | {ours['validation']:.1f} | {theirs['epoch']:.1f} | "
-                  f"{theirs['validation']:.1f} | {ours['epoch'] / theirs['epoch']:.2f} |", flush=True)  # fmt: skip
+            pairs = []
+            for _ in range(extra.release_repeats):
+                ours = later_epochs(epoch_seconds("inv_recopy", arch, extra.data, epochs=3))
+                release_run = release_epoch_seconds(extra.release, extra.release_python, release_model, epochs=3)
+                theirs = later_epochs(release_run)
+                pairs.append((ours, theirs, ours["epoch"] / theirs["epoch"]))
+                print(f"  {arch}: plugin {ours['epoch']:.2f} s, release {theirs['epoch']:.2f} s, "
+                      f"{pairs[-1][2]:.3f}", flush=True)  # fmt: skip
+            ratios = [pair[2] for pair in pairs]
+            keys = ("epoch", "validation")
+            ours, theirs = ({k: statistics.median(pair[side][k] for pair in pairs) for k in keys} for side in (0, 1))
+            print(f"| {arch} | {ours['epoch']:.2f} | {ours['validation']:.2f} | {theirs['epoch']:.2f} | "
+                  f"{theirs['validation']:.2f} | {statistics.median(ratios):.3f} | "
+                  f"{min(ratios):.3f}-{max(ratios):.3f} |", flush=True)  # fmt: skip
