@@ -51,12 +51,17 @@ def later_epochs(epochs: list) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--release", type=Path, default=None)
-    parser.add_argument("--release-python", default=sys.executable)
+    parser = argparse.ArgumentParser(add_help=False, usage="the comparison with the authors' release:")
+    parser.add_argument("--release", type=Path, default=None, help="a checkout of the authors' release")
+    parser.add_argument("--release-python", default=sys.executable, help="the interpreter that runs the release")
     parser.add_argument("--release-repeats", type=int, default=3, help="pairs of runs (plugin, release) a model")
-    parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark")
+    parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark", help=argparse.SUPPRESS)
     extra, rest = parser.parse_known_args()
+    if {"-h", "--help"} & set(rest):
+        parser.print_help()
+        print()
+    if extra.release_repeats < 1:
+        raise SystemExit(f"--release-repeats must be at least 1, not {extra.release_repeats}")
     main(rest + ["--data", str(extra.data)])
     if extra.release is not None:
         # each pair: the plugin's run, then the release's, one process at a time, 3 epochs each;
