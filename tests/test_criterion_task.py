@@ -627,20 +627,24 @@ def test_paper_recipe_halves_the_lr_on_the_fifth_epoch_without_improvement(tiny_
     assert rates == [1e-3] * 6 + [5e-4, 5e-4]  # the fifth epoch at 60 after the best 60
 
 
-def test_batches_made_in_the_training_process_train_the_same_weights(tiny_copy, tmp_path):
-    """The recipe's --num-workers 0 changes only the time: fairseq's data-loading process
-    (--num-workers 1, its default) hands over the same batches, and two epochs of the recipe end
-    in bit-identical weights and optimizer state."""
+def test_the_recipes_shortcuts_train_the_same_weights(tiny_copy, tmp_path):
+    """Two shortcuts change only the time: the recipe's --num-workers 0 (fairseq's data-loading
+    process, --num-workers 1 and its default, hands over the same batches) and the task's Adam
+    step on all parameters at once (--no-foreach-adam: fairseq's loop). Two epochs of the recipe
+    end in bit-identical weights and optimizer state either way."""
+    recipe = recipe_options("paper", max_epoch=2)
     states = []
-    for workers in (0, 1):
-        save = tmp_path / f"workers{workers}"
-        recipe = with_value(recipe_options("paper", max_epoch=2), "--num-workers", workers)
-        train([str(tiny_copy), "--arch", "gru_monoattn", *recipe, "--seed", "3", "--save-dir", str(save),
+    for name, options_ in (("recipe", recipe), ("worker", with_value(recipe, "--num-workers", 1)),
+                           ("loop-adam", [*recipe, "--no-foreach-adam"])):  # fmt: skip
+        save = tmp_path / name
+        train([str(tiny_copy), "--arch", "gru_monoattn", *options_, "--seed", "3", "--save-dir", str(save),
                "--no-epoch-checkpoints", "--no-progress-bar"])  # fmt: skip
         states.append(torch.load(save / "checkpoint_last.pt", weights_only=False))
-    (first, second) = states
+    first = states[0]
     assert first["optimizer_history"][-1]["num_updates"] == 2 * 7  # 200 examples, batches of 32
-    assert first["model"].keys() == second["model"].keys()
-    assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
-    moments = [s["last_optimizer_state"]["state"] for s in states]
-    assert all(torch.equal(moments[0][i]["exp_avg_sq"], moments[1][i]["exp_avg_sq"]) for i in moments[0])
+    for other in states[1:]:
+        assert first["model"].keys() == other["model"].keys()
+        assert all(torch.equal(first["model"][k], other["model"][k]) for k in first["model"])
+        moments = [s["last_optimizer_state"]["state"] for s in (first, other)]
+        assert all(torch.equal(moments[0][i]["exp_avg_sq"], moments[1][i]["exp_avg_sq"]) for i in moments[0])
+        assert all(torch.equal(moments[0][i]["exp_avg"], moments[1][i]["exp_avg"]) for i in moments[0])
