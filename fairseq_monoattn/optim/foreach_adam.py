@@ -4,8 +4,10 @@ fairseq's ``Adam.step`` is a Python loop over the parameters: a dozen tensor cal
 look-ups for each, about 0.9 ms an update for a preset's 28 parameters on one CPU thread. The
 same arithmetic on lists of tensors makes each operation one call over all parameters. Every
 operation is the one fairseq applies to each parameter, with the same operands in the same
-order, so the parameters and the optimizer state come out bit for bit the same (the tests
-compare them step by step), and checkpoints hold the same state dict::
+order. On the CPU, where a ``_foreach`` operation runs torch's per-tensor kernel on each tensor,
+the parameters and the optimizer state come out bit for bit the same (the tests compare them
+step by step); on a GPU torch's multi-tensor kernels compute the same formulas (not run here).
+Checkpoints hold the same state dict either way::
 
     m ← β₁·m + (1 − β₁)·g
     v ← β₂·v + (1 − β₂)·g²
