@@ -10,7 +10,7 @@ options) with defaults that never drop long examples and greedy exact-match vali
   way) makes batches of similar length whose contents stay fixed from epoch to epoch (only
   their order changes).
 * fairseq's ``--optimizer adam`` step is taken with torch's ``_foreach`` operations, all
-  parameters in one call per operation: the same numbers, bit for bit, in less time (float32
+  parameters in one call per operation: the same numbers (bit for bit on the CPU), in less time (float32
   and fairseq's plain Adam only; otherwise, or with ``--no-foreach-adam``, fairseq's own step).
 * ``--eval-accuracy`` greedy-decodes every validation batch and logs ``accuracy`` (percent
   of outputs equal to the target, EOS included) and ``edit_distance`` (mean, NLTK), both from
