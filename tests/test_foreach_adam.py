@@ -103,13 +103,10 @@ def test_leaves_other_settings_to_fairseq():
     handle.remove()
     assert foreach_adam_step(hooked)
 
-    sgd = SGD(argparse.Namespace(lr=[0.1], momentum=0.0, weight_decay=0.0), params)
-    before = [p.detach().clone() for p in params]
-    assert not foreach_adam_step(sgd)
-    assert all(torch.equal(a, b) for a, b in zip(before, params))
+    untouched(SGD(argparse.Namespace(lr=[0.1], momentum=0.0, weight_decay=0.0), params), params)
 
 
-def test_the_task_takes_the_step_and_can_leave_it_to_fairseq(tmp_path):
+def test_the_task_takes_the_step_and_can_leave_it_to_fairseq():
     from fairseq_monoattn.tasks.length_generalization import LengthGeneralizationTask
 
     task = LengthGeneralizationTask.__new__(LengthGeneralizationTask)

@@ -1,7 +1,7 @@
 """fairseq's Adam update (``--optimizer adam``) with torch's ``_foreach`` operations.
 
 fairseq's ``Adam.step`` is a Python loop over the parameters: a dozen tensor calls and state
-look-ups for each, about 0.9 ms an update for a preset's 28 parameters on one CPU thread. The
+look-ups for each, 0.57 ms an update for MonoAttn's 28 parameters on one idle CPU thread. The
 same arithmetic on lists of tensors makes each operation one call over all parameters. Every
 operation is the one fairseq applies to each parameter, with the same operands in the same
 order. On the CPU, where a ``_foreach`` operation runs torch's per-tensor kernel on each tensor,
@@ -25,12 +25,11 @@ from typing import List
 
 import torch
 from fairseq.optim.adam import Adam, FairseqAdam
+from torch.optim import optimizer as torch_optimizer
 
 
 def _has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
     """True if a step hook is registered (or torch no longer keeps them where we look)."""
-    from torch.optim import optimizer as torch_optimizer
-
     hook_tables = (
         getattr(optimizer, "_optimizer_step_pre_hooks", None),
         getattr(optimizer, "_optimizer_step_post_hooks", None),
@@ -40,10 +39,8 @@ def _has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
     return any(table is None or len(table) > 0 for table in hook_tables)
 
 
-def _applies(fairseq_optimizer, params: List[torch.Tensor]) -> bool:
-    inner = getattr(fairseq_optimizer, "optimizer", None)
-    if type(fairseq_optimizer) is not FairseqAdam or type(inner) is not Adam:
-        return False
+def _applies(inner: Adam, params: List[torch.Tensor]) -> bool:
+    """fairseq's plain Adam (checked by the caller) without hooks or AMSGrad, on float32 and dense gradients."""
     if _has_step_hooks(inner) or any(group.get("amsgrad", False) for group in inner.param_groups):
         return False
     return all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 and not p.grad.is_sparse for p in params)
@@ -53,10 +50,12 @@ def _applies(fairseq_optimizer, params: List[torch.Tensor]) -> bool:
 def foreach_adam_step(fairseq_optimizer) -> bool:
     """Apply fairseq's Adam step to every parameter with a gradient; False if it does not apply
     (then nothing was changed and fairseq's own step should run)."""
-    inner = getattr(fairseq_optimizer, "optimizer", None)
-    groups = getattr(inner, "param_groups", [])
+    if type(fairseq_optimizer) is not FairseqAdam or type(fairseq_optimizer.optimizer) is not Adam:
+        return False
+    inner = fairseq_optimizer.optimizer
+    groups = inner.param_groups
     with_grad = [[p for p in group["params"] if p.grad is not None] for group in groups]
-    if not _applies(fairseq_optimizer, [p for params in with_grad for p in params]):
+    if not _applies(inner, [p for params in with_grad for p in params]):
         return False
     for group, params in zip(groups, with_grad):
         if not params:
