@@ -20,6 +20,7 @@ Recipes by name (``recipe_options``): ``paper``; ``paper-teacher-forced`` (the r
 checkpoint selection); ``paper-cfq`` (the paper's CFQ setup: its model size and batches of 128).
 """
 
+from dataclasses import dataclass
 from typing import Dict, List, Union
 
 # The length_generalization task's own defaults for the options that change training (the task's
@@ -113,6 +114,36 @@ def with_value(options: List[str], option: str, value) -> List[str]:
 PAPER_RECIPE_CFQ: List[str] = with_value(PAPER_RECIPE, "--batch-size", 128) + CFQ_MODEL_SIZE
 
 RECIPES = {"paper": PAPER_RECIPE, "paper-teacher-forced": PAPER_RECIPE_TEACHER_FORCED, "paper-cfq": PAPER_RECIPE_CFQ}
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """Model options a probing task's data calls for, whatever the preset and the recipe, and why."""
+
+    options: Dict[str, object]
+    reason: str
+
+
+# The runner gives them to every model that has them (after the recipe, before a variant's own
+# options, so a variant can undo them) and records them; the task warns a plain fairseq-train of
+# a preset on the prepared data without them.
+DATASET_OPTIONS: Dict[str, DatasetOptions] = {
+    # of the probing tasks, only the authors' DeDupe data keeps the source's end-of-sequence
+    # token, so the GRU encoder keeps fairseq's source </s> there (fairseq's Transformer always does)
+    "dedupe": DatasetOptions({"source_eos": True}, "the authors' DeDupe sources end in an end-of-sequence token"),
+}
+
+
+def dataset_options(task: str, model_fields=None) -> List[str]:
+    """:data:`DATASET_OPTIONS` of ``task`` as fairseq-train options, those of them a model with
+    the options ``model_fields`` has (all of them if None)."""
+    wanted = DATASET_OPTIONS[task].options if task in DATASET_OPTIONS else {}
+    return [
+        word
+        for field, value in wanted.items()
+        if model_fields is None or field in model_fields
+        for word in ("--" + field.replace("_", "-"), str(value))
+    ]
 
 
 def recipe_options(name: str = "paper", max_epoch: int = None, stop_after_perfect: int = 0) -> List[str]:

@@ -19,9 +19,11 @@ from fairseq_monoattn.experiments.runs import (
     RunSpec,
     check_checkpoint_matches,
     load_records,
+    planned_model_config,
     run,
     run_seconds,
     train_command,
+    training_options,
 )
 from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match, levenshtein
 from fairseq_monoattn.scoring import CheckpointError, score
@@ -881,6 +883,32 @@ def test_update_keeps_the_hand_written_text(tmp_path):
     text = path.read_text()
     assert text.startswith("# Title\n\nmy analysis\n") and "table two" in text and "table one" not in text
     assert text.count(aggregate.BEGIN) == 1
+
+
+def test_dedupe_runs_keep_the_source_end_marker_unless_a_variant_drops_it(tmp_path):
+    """The authors' DeDupe sources end in <eos>: a DeDupe run's GRU keeps fairseq's source </s>
+    (--source-eos True after the recipe), a variant can still drop it, other tasks keep the
+    presets' value, and the record's options are the command's.  fairseq's Transformer, which
+    has no such option (it always keeps the </s>), is not given it."""
+    work = tmp_path / "work"
+
+    def planned(spec):
+        command = train_command(spec, spec.data_dir(work), spec.run_dir(work))
+        for word in training_options(spec):
+            assert word in command
+        return planned_model_config(command)["source_eos"], command
+
+    kept, command = planned(RunSpec(task="dedupe", arch="gru_onestep", seed=1))
+    assert kept is True and command[command.index("--source-eos") + 1] == "True"
+    assert command.index("--source-eos") > command.index("--max-epoch")  # after the recipe
+    dropped = RunSpec(task="dedupe", arch="gru_onestep", seed=1, variant="v", options=("--source-eos", "False"))
+    assert planned(dropped)[0] is False
+    assert training_options(dropped)[-4:] == ["--source-eos", "True", "--source-eos", "False"]
+    copy_kept, copy_command = planned(RunSpec(task="copy", arch="gru_onestep", seed=1))
+    assert copy_kept is False and "--source-eos" not in copy_command
+    transformer = RunSpec(task="dedupe", arch="transformer_onestep", seed=1)
+    assert "--source-eos" not in train_command(transformer, tmp_path / "data", tmp_path / "run")
+    assert "--source-eos" not in training_options(transformer)
 
 
 def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):

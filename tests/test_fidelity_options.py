@@ -461,3 +461,38 @@ def test_training_the_way_known_to_break_the_presets_warns_once_naming_the_optio
     cfg = convert_namespace_to_omegaconf(args)
     tasks.setup_task(cfg.task).build_model(cfg.model)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # the paper's way: silent
+
+
+def test_a_preset_on_prepared_dedupe_data_without_the_source_end_marker_warns(tmp_path, caplog):
+    """Data prepared as DeDupe (its manifest says so) calls for --source-eos True: a preset trained
+    on it without that option is told so once, with it (or on another task's data) it is silent,
+    and fairseq's Transformer, which has no such option, is never told."""
+    import logging
+
+    from fairseq_monoattn.tasks.length_generalization import WARNED
+
+    rng = random.Random(0)
+    for task in ("dedupe", "copy"):
+        write_dataset(
+            {"train": copy_examples(rng, 20, 2, 5), "valid": copy_examples(rng, 4, 2, 5)}, tmp_path / task, task, 0
+        )
+
+    def warnings(task, *extra):
+        WARNED.clear()
+        caplog.clear()
+        args = options.parse_args_and_arch(
+            options.get_training_parser(),
+            [str(tmp_path / task / "bin"), "--task", "length_generalization", "--eval-accuracy",
+             "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--user-dir", USER_DIR,
+             *extra],
+        )  # fmt: skip
+        cfg = convert_namespace_to_omegaconf(args)
+        with caplog.at_level(logging.WARNING):
+            tasks.setup_task(cfg.task).build_model(cfg.model)
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    (told,) = warnings("dedupe", "--arch", "gru_onestep")
+    assert "dedupe" in told and told.endswith("add --source-eos True")
+    assert warnings("dedupe", "--arch", "gru_onestep", "--source-eos", "True") == []
+    assert warnings("copy", "--arch", "gru_onestep") == []
+    assert warnings("dedupe", "--arch", "transformer_onestep") == []

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ..recipes import TASK_DEFAULTS, recipe_options
+from ..recipes import TASK_DEFAULTS, dataset_options, recipe_options
 from ..scoring import score, write_json_atomic
 
 RECORD_VERSION = 1
@@ -138,8 +138,25 @@ def test_splits(data: Path) -> List[str]:
 # --- training ------------------------------------------------------------------------------
 
 
+def training_options(spec: RunSpec) -> List[str]:
+    """The fairseq-train options that make a run what it is: the recipe's, the task's data's
+    (:data:`~fairseq_monoattn.recipes.DATASET_OPTIONS`), then the variant's (the last value wins)."""
+    return _recipe(spec) + _dataset_options(spec) + list(spec.options)
+
+
+def _dataset_options(spec: RunSpec) -> List[str]:
+    if not dataset_options(spec.task):
+        return []
+    plain = ["fairseq-train", "data", "--user-dir", str(spec.user_dir or PLUGIN_DIR), "--arch", spec.arch]
+    return dataset_options(spec.task, model_fields=planned_model_config(plain))
+
+
+def _recipe(spec: RunSpec) -> List[str]:
+    return recipe_options(spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect)
+
+
 def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
-    recipe = recipe_options(spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect)
+    # the recipe first and the run's own options last (a task's data's, then the variant's)
     return [
         str(Path(sys.executable).parent / "fairseq-train"),
         str(data / "bin"),
@@ -147,7 +164,7 @@ def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
         str(spec.user_dir or PLUGIN_DIR),
         "--arch",
         spec.arch,
-        *recipe,
+        *_recipe(spec),
         "--seed",
         str(spec.seed),
         "--save-dir",
@@ -157,6 +174,7 @@ def train_command(spec: RunSpec, data: Path, run_dir: Path) -> List[str]:
         "json",
         "--log-file",
         str(run_dir / "train.log"),
+        *_dataset_options(spec),
         *spec.options,
     ]
 
@@ -407,10 +425,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "recipe": spec.recipe,
         "max_epoch": spec.max_epoch,
         "stop_after_perfect": spec.stop_after_perfect,
-        "train_options": recipe_options(
-            spec.recipe, max_epoch=spec.max_epoch, stop_after_perfect=spec.stop_after_perfect
-        )
-        + list(spec.options),
+        "train_options": training_options(spec),
         "epochs_run": len(history),
         "best_epoch": best.get("epoch"),
         "best_valid_accuracy": best.get("accuracy"),

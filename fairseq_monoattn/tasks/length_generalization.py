@@ -24,6 +24,7 @@ options) with defaults that never drop long examples and greedy exact-match vali
 """
 
 import functools
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 from ..optim import foreach_adam_step
-from ..recipes import TASK_DEFAULTS
+from ..recipes import DATASET_OPTIONS, TASK_DEFAULTS
 from .batches import ArrayPairDataset
 
 logger = logging.getLogger(__name__)
@@ -169,10 +170,38 @@ def warn_about_training(task_cfg, model_cfg) -> None:
             "exact match follows accuracy at long lengths best: add --eval-accuracy --best-checkpoint-metric "
             "accuracy --maximize-best-checkpoint-metric"
         )
+    notes += dataset_notes(task_cfg, model_cfg)
     for note in notes:
         if (name, note) not in WARNED:
             WARNED.add((name, note))
             logger.warning(f"{name}: {note}")
+
+
+def prepared_task(data: str):
+    """The probing task whose data fairseq-monoattn-prepare wrote to DATA/bin (its manifest.json
+    is in DATA), or None for other data."""
+    manifest = Path(str(data).split(":")[0]).parent / "manifest.json"
+    try:
+        return json.loads(manifest.read_text()).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def dataset_notes(task_cfg, model_cfg) -> list:
+    """What a model trained on a prepared task's data lacks of the options that data calls for
+    (:data:`~fairseq_monoattn.recipes.DATASET_OPTIONS`)."""
+    task = prepared_task(getattr(task_cfg, "data", "") or "")
+    if task not in DATASET_OPTIONS:
+        return []
+    wanted = {
+        field: value
+        for field, value in DATASET_OPTIONS[task].options.items()
+        if hasattr(model_cfg, field) and getattr(model_cfg, field) != value
+    }
+    if not wanted:
+        return []
+    options = " ".join(f"--{field.replace('_', '-')} {value}" for field, value in wanted.items())
+    return [f"the data is {task}'s (its manifest.json) and {DATASET_OPTIONS[task].reason}: add {options}"]
 
 
 def longest_target(sample, pad: int) -> int:
