@@ -16,6 +16,12 @@
 3. ``--log-file``: every progress bar (one per epoch and per validation) adds another file
    handler for the same file, so the n-th epoch's lines are written n times.  One handler
    per file is kept.
+
+4. fairseq's trainer reseeds torch before every update (``utils.set_torch_seed``).  Where torch
+   has no device but the CPU, ``torch.manual_seed`` still queues the seed for CUDA and XPU,
+   recording the caller's Python stack each time: about 0.5 ms an update inside fairseq-train,
+   while seeding the CPU generator takes a microsecond.  On such a machine the CPU generator
+   alone is seeded: the same generator state, so the same runs bit for bit.
 """
 
 import argparse
@@ -25,6 +31,7 @@ import os
 
 import numpy as np
 import torch
+from fairseq import utils as fairseq_utils
 from fairseq.data import data_utils
 from fairseq.logging import progress_bar
 
@@ -106,6 +113,35 @@ def one_log_file_handler():
     progress_bar.progress_bar = progress_bar_once
 
 
+def cpu_only() -> bool:
+    """Whether the CPU is the only device torch (and fairseq) could seed here: no accelerator
+    (CUDA, XPU, MPS or another backend) and no XLA.  False where torch cannot tell."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or getattr(fairseq_utils, "xm", None) is not None:
+        return False
+    return accelerator.current_accelerator() is None and not torch.cuda.is_available()
+
+
+def seed_the_cpu_alone():
+    original = fairseq_utils.set_torch_seed
+    if getattr(original, "cpu_alone", False) or not cpu_only():
+        return
+
+    class set_torch_seed(original):
+        """fairseq's set_torch_seed (the generator state saved for ``with``, then the seed) for
+        the CPU generator alone, the only one there is."""
+
+        cpu_alone = True
+
+        def __init__(self, seed):
+            assert isinstance(seed, int)
+            self.rng_state = fairseq_utils.get_rng_state()
+            torch.default_generator.manual_seed(seed)
+
+    fairseq_utils.set_torch_seed = set_torch_seed
+
+
 allow_fairseq_checkpoints()
 keep_last_batch()
 one_log_file_handler()
+seed_the_cpu_alone()

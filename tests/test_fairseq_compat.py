@@ -54,3 +54,29 @@ def test_log_file_gets_each_progress_line_once(tmp_path):
             handler.close()
         progress_bar.logger.handlers[:] = before
         progress_bar.logger.setLevel(level)
+
+
+def test_reseeding_on_a_cpu_only_machine_gives_fairseqs_generator_state():
+    """fairseq's trainer reseeds before every update; on a machine whose only device is the CPU
+    the plugin seeds the CPU generator alone: the same state as fairseq's set_torch_seed, the
+    same draws, the state restored after a ``with`` block; elsewhere fairseq's own is kept."""
+    from fairseq import utils
+
+    patched = utils.set_torch_seed
+    assert getattr(patched, "cpu_alone", False) == fairseq_compat.cpu_only()
+    if not getattr(patched, "cpu_alone", False):
+        return  # a machine with an accelerator keeps fairseq's own
+    original = patched.__mro__[1]
+    for seed in (0, 1, 12345, 2**31 - 1):
+        original(seed)
+        expected_state, expected = torch.get_rng_state(), torch.rand(5)
+        torch.rand(7)  # move the generator on
+        patched(seed)
+        assert torch.equal(torch.get_rng_state(), expected_state) and torch.equal(torch.rand(5), expected)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    with patched(99):
+        inside = torch.rand(2)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(99)
+    assert torch.equal(inside, torch.rand(2))
