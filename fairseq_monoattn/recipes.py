@@ -21,7 +21,7 @@ checkpoint selection); ``paper-cfq`` (the paper's CFQ setup: its model size and 
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Union
+from typing import Dict, List, Mapping, Union
 
 # The length_generalization task's own defaults for the options that change training (the task's
 # dataclass reads them from here, so that a command's training can be planned without fairseq).
@@ -134,16 +134,16 @@ DATASET_OPTIONS: Dict[str, DatasetOptions] = {
 }
 
 
+def option_words(options: Mapping[str, object]) -> List[str]:
+    """Model options {name: value} as fairseq-train words: ``--name-with-dashes value`` each."""
+    return [word for name, value in options.items() for word in ("--" + name.replace("_", "-"), str(value))]
+
+
 def dataset_options(task: str, model_fields=None) -> List[str]:
     """:data:`DATASET_OPTIONS` of ``task`` as fairseq-train options, those of them a model with
     the options ``model_fields`` has (all of them if None)."""
     wanted = DATASET_OPTIONS[task].options if task in DATASET_OPTIONS else {}
-    return [
-        word
-        for field, value in wanted.items()
-        if model_fields is None or field in model_fields
-        for word in ("--" + field.replace("_", "-"), str(value))
-    ]
+    return option_words({k: v for k, v in wanted.items() if model_fields is None or k in model_fields})
 
 
 def recipe_options(name: str = "paper", max_epoch: int = None, stop_after_perfect: int = 0) -> List[str]:

@@ -33,6 +33,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .recipes import option_words
+
 # release --model -> the plugin preset computing the same function
 RELEASE_MODELS: Dict[str, str] = {
     "BiGRU": "gru_content",
@@ -82,10 +84,7 @@ class ConvertedModel:
 
     def command_line(self) -> List[str]:
         """The fairseq-train options that build this model."""
-        words = ["--arch", self.arch]
-        for key, value in self.options.items():
-            words += ["--" + key.replace("_", "-"), str(value)]
-        return words
+        return ["--arch", self.arch, *option_words(self.options)]
 
 
 def _strip(state: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:

@@ -44,7 +44,7 @@ from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
 from ..optim import foreach_adam_step
-from ..recipes import DATASET_OPTIONS, TASK_DEFAULTS
+from ..recipes import DATASET_OPTIONS, TASK_DEFAULTS, option_words
 from .batches import ArrayPairDataset
 
 logger = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ def dataset_notes(task_cfg, model_cfg) -> list:
     }
     if not wanted:
         return []
-    options = " ".join(f"--{field.replace('_', '-')} {value}" for field, value in wanted.items())
+    options = " ".join(option_words(wanted))
     return [f"the data is {task}'s (its manifest.json) and {DATASET_OPTIONS[task].reason}: add {options}"]
 
 
