@@ -255,22 +255,23 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
     assert torch.autograd.gradcheck(gru_update, inputs)
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers):
+@pytest.mark.parametrize("layers,width", [(1, 5), (2, 5), (1, 7)])
+def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width):
     from fairseq_monoattn.modules.gru import bidirectional_gru
     from fairseq_monoattn.modules.positions import gather_positions, reversal_index
 
     torch.manual_seed(layers)
     rnn = torch.nn.GRU(6, 4, num_layers=layers, batch_first=True, bidirectional=True).double()
     lengths = torch.tensor([5, 2, 4, 1, 5])
-    x = torch.randn(5, 5, 6, dtype=torch.float64, requires_grad=True)
-    reverse = reversal_index(lengths, 5)
+    x = torch.randn(5, width, 6, dtype=torch.float64, requires_grad=True)  # columns past 5: padding only
+    reverse = reversal_index(lengths, width)
     assert torch.equal(gather_positions(gather_positions(x, reverse), reverse), x)
     assert torch.equal(gather_positions(x, reverse)[1, :3], x[1, [1, 0, 2]])
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     packed_out, want_final = rnn(packed)
-    want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=5)
+    want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=width)
     got, got_final = bidirectional_gru(rnn, x, lengths)
+    assert got.shape == (5, width, 8)
     assert torch.allclose(got, want, atol=1e-14) and torch.allclose(got_final, want_final, atol=1e-14)
     assert got[1, 2:].abs().sum() == 0  # zero past the row's length, as pad_packed_sequence pads
     weights = torch.randn_like(want)
