@@ -306,6 +306,42 @@ def test_a_step_linear_gives_the_gradients_of_the_plain_products():
     assert recurrence(True).item() == pytest.approx(recurrence(False).item(), rel=1e-14)
 
 
+def test_step_operands_give_the_gradients_of_the_plain_products():
+    """Values read and keys scored at every step of a recurrence: the same outputs and gradients
+    as torch.bmm at each step, also where the tensors are used outside the steps too."""
+    from fairseq_monoattn.modules.step_linear import read_rows, score_rows, with_step_operands
+
+    torch.manual_seed(3)
+    values = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    start = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    mix = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+
+    def recurrence(deferred):
+        memory = {"values": values, "keys": keys, "positions": torch.arange(5.0, dtype=torch.float64)}
+        if deferred:
+            memory = with_step_operands(memory, ("values", "keys", "absent"))
+            assert sorted(memory["step_operands"]) == ["keys", "values"]  # not the constant positions
+        h, total = start, values.sum() * 0.5 + keys.pow(2).sum()  # also used outside the steps
+        for t in range(4):  # a_t = softmax(K h_{t-1}), h_t = tanh(a_t V W)
+            scores = score_rows(memory, "keys", h) if deferred else torch.bmm(keys, h.unsqueeze(-1)).squeeze(-1)
+            weights = scores.softmax(dim=-1)
+            context = (
+                read_rows(memory, "values", weights) if deferred else torch.bmm(weights.unsqueeze(1), values).squeeze(1)
+            )
+            h = torch.tanh(context @ mix)
+            total = total + (h * (t + 1)).sum()
+        return total
+
+    params = [values, keys, start, mix]
+    want = torch.autograd.grad(recurrence(False), params)
+    got = torch.autograd.grad(recurrence(True), params)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, atol=1e-12)
+    constant = {"values": values.detach()}  # nothing needs a gradient: the memory is left as it is
+    assert with_step_operands(constant, ("values",)) is constant
+
+
 def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient():
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus
     from fairseq_monoattn.registry import FocusNormalization

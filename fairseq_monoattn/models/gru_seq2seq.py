@@ -35,7 +35,7 @@ from ..modules.direction_gate import DirectionGate
 from ..modules.gru import bidirectional_gru, gru_update
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
-from ..modules.step_linear import StepLinear
+from ..modules.step_linear import StepLinear, with_step_operands
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
     BOUNDARY_INITS,
@@ -406,8 +406,11 @@ class GRUDecoder(FairseqIncrementalDecoder):
         merged = self.num_layers == 1
         if merged:
             read_weight, read_bias = torch.cat([read_weight, cell.weight_hh]), torch.cat([read_bias, cell.bias_hh])
+        step_memory = memory
         if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
             read_map, context_map = StepLinear(read_weight, read_bias), StepLinear(context_weight)
+            # the values each step reads and the keys it scores: their gradients once, too
+            step_memory = with_step_operands(memory, ("values", "keys"))
         else:
             read_map = lambda h: F.linear(h, read_weight, read_bias)  # noqa: E731
             context_map = lambda c, gates: torch.addmm(gates, c, context_weight.t())  # noqa: E731
@@ -418,7 +421,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 read, hidden_gates = read.split([sum(sizes), cell.weight_hh.size(0)], dim=-1)
             else:
                 hidden_gates = F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
-            context, step_weights, location = self.attention.attend(read, sizes, memory, location, first_step + j)
+            context, step_weights, location = self.attention.attend(read, sizes, step_memory, location, first_step + j)
             hidden[0] = gru_update(context_map(context, gates), hidden_gates, hidden[0])
             for layer in range(1, self.num_layers):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])

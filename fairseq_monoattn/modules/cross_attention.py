@@ -40,6 +40,7 @@ from .choices import check_choice
 from .direction_gate import DirectionGate
 from .location import LocationAttention
 from .positions import padding_mask
+from .step_linear import read_rows
 
 POSITION_REFERENCES = ("mixed", "location")
 LINEAR_INITS = ("pytorch", "xavier")
@@ -269,7 +270,7 @@ class CrossAttention(nn.Module):
         else:
             m = torch.sigmoid(self.mix_temperature * mix_logit)
             weights = location + m * (content - location)  # = m * content + (1 - m) * location
-        context = torch.bmm(weights.unsqueeze(1), memory["values"]).squeeze(1)
+        context = read_rows(memory, "values", weights)
         if self.location is None:
             return context, weights, None
         focus = location_focus if self.position_reference == "location" else weights

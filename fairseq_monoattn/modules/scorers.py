@@ -14,6 +14,7 @@ from torch import nn
 
 from ..registry import Scorer, register_scorer
 from .positions import rotate_pairs, sinusoid
+from .step_linear import score_rows
 
 Memory = Dict[str, torch.Tensor]
 
@@ -30,7 +31,7 @@ class ContentScores(Scorer):
         return {"keys": keys * self.scale}
 
     def forward(self, query: torch.Tensor, memory: Memory, step: int) -> torch.Tensor:
-        return torch.bmm(memory["keys"], query.unsqueeze(-1)).squeeze(-1)
+        return score_rows(memory, "keys", query)
 
     def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
         return torch.bmm(queries, memory["keys"].transpose(1, 2))
@@ -56,7 +57,7 @@ class RelativeScores(Scorer):
 
     def forward(self, query: torch.Tensor, memory: Memory, step: int) -> torch.Tensor:
         keys = memory["keys"]
-        content = torch.bmm(keys, query.unsqueeze(-1)).squeeze(-1) + memory["key_bias"]
+        content = score_rows(memory, "keys", query) + memory["key_bias"]
         with torch.no_grad():  # fixed sinusoids of the distances i - t (scaled), no gradient
             distances = torch.arange(keys.size(1), device=keys.device) - step
             # computed in float32 at least (angles of long distances), then in the keys' type
@@ -97,7 +98,7 @@ class RotaryScores(Scorer):
 
     def forward(self, query: torch.Tensor, memory: Memory, step: int) -> torch.Tensor:
         rotated = rotate_pairs(query, torch.tensor(float(step), device=query.device))
-        return torch.bmm(memory["keys"], rotated.unsqueeze(-1)).squeeze(-1)
+        return score_rows(memory, "keys", rotated)
 
     def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
         steps = torch.arange(first_step, first_step + queries.size(1), device=queries.device)
