@@ -342,6 +342,33 @@ def test_step_operands_give_the_gradients_of_the_plain_products():
     assert with_step_operands(constant, ("values",)) is constant
 
 
+def test_byte_dropout_drops_where_a_random_byte_is_below_256p():
+    from fairseq_monoattn.modules.dropout import Dropout, byte_dropout, byte_dropout_threshold
+
+    assert [byte_dropout_threshold(p) for p in (0.5, 0.25, 3 / 256, 0.1, 0.0, 1.0)] == [128, 64, 3, None, None, None]
+    x = torch.randn(4, 37, 5)  # 740 elements: not a multiple of 8
+    torch.manual_seed(11)
+    got = byte_dropout(x, 0.25)
+    torch.manual_seed(11)
+    random_bytes = torch.empty(93, dtype=torch.int64).random_(-(2**63), None).view(torch.uint8)[:740].view(x.shape)
+    kept = random_bytes >= 64
+    assert torch.equal(got, torch.where(kept, x * (1 / 0.75), torch.zeros_like(x)))
+    assert 0.6 < kept.double().mean() < 0.9  # 740 draws of p = 0.75: the mean is within 7 standard deviations
+    x.requires_grad_(True)
+    torch.manual_seed(11)
+    byte_dropout(x, 0.25).sum().backward()
+    assert torch.equal(x.grad, kept.to(x.dtype) / 0.75)
+    # other probabilities, evaluation and other dtypes: torch's dropout, or the identity
+    layer = Dropout(0.1)
+    torch.manual_seed(5)
+    a = layer(x.detach())
+    torch.manual_seed(5)
+    assert torch.equal(a, torch.nn.functional.dropout(x.detach(), 0.1, True))
+    assert torch.equal(Dropout(0.5).eval()(x), x)
+    half = Dropout(0.5)(torch.ones(64, dtype=torch.bfloat16))
+    assert half.dtype == torch.bfloat16 and set(half.tolist()) <= {0.0, 2.0}
+
+
 def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient():
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus
     from fairseq_monoattn.registry import FocusNormalization

@@ -32,6 +32,7 @@ from torch import nn
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
 from ..modules.direction_gate import DirectionGate
+from ..modules.dropout import Dropout
 from ..modules.gru import bidirectional_gru, gru_update
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
@@ -246,7 +247,7 @@ class GRUEncoder(FairseqEncoder):
         self.rnn = nn.GRU(embed_dim, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=True)
         self.num_layers = num_layers
         self.output_dim = 2 * hidden_size
-        self.dropout_out = nn.Dropout(dropout)
+        self.dropout_out = Dropout(dropout)
         self._max_positions = max_positions
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
@@ -328,7 +329,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         self.encoder_layers = encoder_layers
         # h_0 = e_cls; a projection only when the sizes differ
         self.init_proj = None if encoder_summary_dim == hidden_size else nn.Linear(encoder_summary_dim, hidden_size)
-        self.dropout_out = nn.Dropout(dropout)
+        self.dropout_out = Dropout(dropout)
         self.share_input_output_embed = share_input_output_embed
         if self.share_input_output_embed:
             # logits = W h_t E^T + b, E the target embedding matrix
