@@ -358,6 +358,8 @@ def test_byte_dropout_drops_where_a_random_byte_is_below_256p():
     torch.manual_seed(11)
     byte_dropout(x, 0.25).sum().backward()
     assert torch.equal(x.grad, kept.to(x.dtype) / 0.75)
+    with pytest.raises(ValueError, match="multiple of 1/256"):
+        byte_dropout(x, 0.1)
     # other probabilities, evaluation and other dtypes: torch's dropout, or the identity
     layer = Dropout(0.1)
     torch.manual_seed(5)

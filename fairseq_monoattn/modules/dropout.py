@@ -24,11 +24,14 @@ def byte_dropout_threshold(p: float):
 def byte_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """x with each element zeroed with probability p (a multiple of 1/256) and the rest scaled by
     1 / (1 - p): dropped where a uniform random byte is below 256 p."""
+    threshold = byte_dropout_threshold(p)
+    if threshold is None:
+        raise ValueError(f"byte_dropout needs p a multiple of 1/256 strictly between 0 and 1, not {p}")
     count = x.numel()
     # random_ from the lowest int64 with no upper bound: every one of the 2^64 values equally likely
     words = torch.empty((count + 7) // 8, dtype=torch.int64, device=x.device).random_(-(2**63), None)
     random_bytes = words.view(torch.uint8)[:count].view(x.shape)
-    scale = random_bytes.ge(byte_dropout_threshold(p)).to(x.dtype).mul_(1.0 / (1.0 - p))
+    scale = random_bytes.ge(threshold).to(x.dtype).mul_(1.0 / (1.0 - p))
     return x * scale
 
 

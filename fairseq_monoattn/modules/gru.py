@@ -10,6 +10,8 @@ steps through its sources the same way (``bidirectional_gru``).
 import torch
 import torch.nn.functional as F
 
+from .positions import padding_mask, reversal_index
+
 
 class _GRUUpdate(torch.autograd.Function):
     """h' = (h - n) z + n with r = sigmoid(i_r + h_r), z = sigmoid(i_z + h_z),
@@ -71,13 +73,15 @@ class _Packing:
         # rows of x seen as (B * width, D) that feed each packed row
         self.forward_inputs = row * width + step
         self.backward_inputs = row * width + lengths[row] - 1 - step
-        # the packed row of each output (b, p); padding reads the zero row at ``total``
-        position = torch.arange(width, device=device).unsqueeze(0)
-        real = position < lengths.unsqueeze(1)
-        last_step = steps.numel() - 1
-        self.forward_outputs = torch.where(real, starts[position.clamp(max=last_step)] + rank.unsqueeze(1), self.total)
-        backward_step = (lengths.unsqueeze(1) - 1 - position).clamp(min=0, max=last_step)
-        self.backward_outputs = torch.where(real, starts[backward_step] + rank.unsqueeze(1), self.total)
+        # the packed row of each output (b, p), whose state is that of step step_of[b, p]; padding
+        # reads the zero row at ``total``
+        padding = padding_mask(lengths, width)
+
+        def packed_rows(step_of: torch.Tensor) -> torch.Tensor:
+            return torch.where(padding, self.total, starts[step_of.clamp(max=steps.numel() - 1)] + rank.unsqueeze(1))
+
+        self.forward_outputs = packed_rows(torch.arange(width, device=device).expand(batch, width))
+        self.backward_outputs = packed_rows(reversal_index(lengths, width))  # position p: step length - 1 - p
         self.finals = starts[lengths - 1] + rank  # each row's last step
 
 
