@@ -34,6 +34,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from .data.prepare import prepare
 from .models.presets import PRESETS  # importing this package registered the architectures
+from .modules.step_linear import read_rows, score_rows
 
 PLUGIN_DIR = Path(__file__).resolve().parent  # the fairseq_monoattn package, for --user-dir
 
@@ -324,15 +325,15 @@ def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, repeats=3)
                 best_model = min(best_model, time.perf_counter() - start)
                 best_attention = min(best_attention, spent[0])
                 memory = state_memory(model, state)
-                keys = memory.get("keys")
+                keys = memory.get("keys") if attention.scorer is not None else None
                 values = memory["values"]
-                weights = torch.rand(values.shape[:2], generator=g).unsqueeze(1)
-                query = torch.rand(values.size(0), 1, keys.size(-1) if keys is not None else 1, generator=g)
+                weights = torch.rand(values.shape[:2], generator=g)
+                query = torch.rand(values.size(0), keys.size(-1), generator=g) if keys is not None else None
                 start = time.perf_counter()
-                for _ in range(length + 1):
-                    if keys is not None and attention.scorer is not None:
-                        torch.bmm(query, keys.transpose(1, 2))
-                    torch.bmm(weights, values)
+                for _ in range(length + 1):  # the products as the decoder's steps compute them
+                    if keys is not None:
+                        score_rows(memory, "keys", query)
+                    read_rows(memory, "values", weights)
                 best_reads = min(best_reads, time.perf_counter() - start)
             tokens = sentences * (length + 1)
             result[length] = {
@@ -349,17 +350,17 @@ def state_memory(model, incremental_state):
     return model.decoder.get_incremental_state(incremental_state, "memory")
 
 
-def streaming_rate(sentences: int, length: int = 502, features: int = 128, repeats: int = 50) -> float:
-    """Bytes a second at which this machine reads one tensor of the size of the cached values
-    (``sentences`` x ``length`` x ``features`` float32) by summing it: the memory rate that bounds the
-    attention's key and value products at long lengths."""
-    values = torch.randn(sentences, length, features)
-    for _ in range(5):
-        values.sum()
+def streaming_rate(elements: int, repeats: int = 20) -> float:
+    """Bytes a second at which this machine reads a float32 tensor of ``elements`` by summing it,
+    again and again: the rate of its caches while the tensor fits them, of its main memory once it
+    does not."""
+    tensor = torch.randn(elements)
+    for _ in range(3):
+        tensor.sum()
     start = time.perf_counter()
     for _ in range(repeats):
-        values.sum()
-    return repeats * values.numel() * values.element_size() / (time.perf_counter() - start)
+        tensor.sum()
+    return repeats * tensor.numel() * tensor.element_size() / (time.perf_counter() - start)
 
 
 def reference_model(kind: str, dictionary):
@@ -534,12 +535,16 @@ def print_breakdown(archs, sentences: int):
                 part["model"] - part["attention"],
             ]
             print(table_row([arch, str(length)] + [f"{1e6 * c:.2f}" for c in cells]))
-    rate = streaming_rate(sentences)
-    print(
-        f"\nreading the cached values of {sentences} sentences of length 500 ({sentences} x 502 x 128 float32) "
-        f"by summing them: {rate / 1e9:.1f} GB/s, so a step that reads keys and values at that rate costs "
-        f"{1e6 * 2 * sentences * 502 * 128 * 4 / rate / sentences:.1f} microseconds a token"
-    )
+    # a step at length 500 reads the values (32 x 502 x 128 float32, 8.2 MB), and the keys too with
+    # content scores: the least time that takes is their bytes over the rate the machine reads them at
+    step_elements = sentences * 502 * 128
+    for name, elements in [("cache", 2 * step_elements), ("main memory", 16 * step_elements)]:
+        rate = streaming_rate(elements)
+        print(
+            f"\nreading {4 * elements / 1e6:.0f} MB again and again ({name}): {rate / 1e9:.1f} GB/s; at that rate "
+            f"a step at length 500 reads the values in {1e6 * 4 * step_elements / rate / sentences:.1f} "
+            f"microseconds a token, the keys and values in {1e6 * 8 * step_elements / rate / sentences:.1f}"
+        )
 
 
 def table_row(cells):

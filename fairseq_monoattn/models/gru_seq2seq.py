@@ -36,7 +36,7 @@ from ..modules.dropout import Dropout
 from ..modules.gru import bidirectional_gru, gru_update
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
-from ..modules.step_linear import StepLinear, with_step_operands
+from ..modules.step_linear import StepLinear, with_feature_major, with_step_operands
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
     BOUNDARY_INITS,
@@ -413,6 +413,8 @@ class GRUDecoder(FairseqIncrementalDecoder):
             # the values each step reads and the keys it scores: their gradients once, too
             step_memory = with_step_operands(memory, ("values", "keys"))
         else:
+            # decoding: the keys also feature-major, for streamed scores (made once, kept in the state)
+            memory = step_memory = with_feature_major(memory, ("keys",))
             read_map = lambda h: F.linear(h, read_weight, read_bias)  # noqa: E731
             context_map = lambda c, gates: torch.addmm(gates, c, context_weight.t())  # noqa: E731
         outputs, weights = [], []
