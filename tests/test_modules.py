@@ -205,6 +205,14 @@ def test_relative_scores_equal_transformer_xl_formula():
     pe = scorer.position_proj(sinusoid(torch.arange(width) - 4, dim))
     want = ((query + scorer.content_bias) @ keys[0].t() + (query + scorer.position_bias) @ pe.t()) / math.sqrt(dim)
     assert torch.allclose(got, want, atol=1e-5)
+    # far from the start too: the query turned back by t against pe(i) is the table of pe(i - t)
+    scorer.double()
+    far_keys, far_query = torch.randn(2, 700, dim, dtype=torch.float64), torch.randn(2, dim, dtype=torch.float64)
+    for step in (1, 350, 690):
+        far_pe = scorer.position_proj(sinusoid(torch.arange(700) - step, dim, torch.float64))
+        far = ((far_query + scorer.content_bias) @ far_keys.transpose(1, 2)).diagonal().t()
+        far = (far + (far_query + scorer.position_bias) @ far_pe.t()) / math.sqrt(dim)
+        assert torch.allclose(scorer(far_query, scorer.prepare(far_keys), step), far, rtol=0, atol=1e-9)
     content = ContentScores(dim)
     assert torch.allclose(content(query, content.prepare(keys), 1), query @ keys[0].t() / math.sqrt(dim))
     rotary = RotaryScores(dim)
@@ -340,6 +348,39 @@ def test_step_operands_give_the_gradients_of_the_plain_products():
         assert torch.allclose(g, w, atol=1e-12)
     constant = {"values": values.detach()}  # nothing needs a gradient: the memory is left as it is
     assert with_step_operands(constant, ("values",)) is constant
+
+
+def test_streamed_products_equal_bmm_and_step_aside_for_gradients():
+    """weighted_rows streams long memories (embedding_bag) when nothing needs a gradient: the same
+    sums as bmm's row form; feature-major keys score as the keys do; with gradients, bmm."""
+    from fairseq_monoattn.modules.step_linear import (
+        BY_FEATURE,
+        STREAMED_ROWS,
+        read_rows,
+        score_rows,
+        weighted_rows,
+        with_feature_major,
+    )
+
+    torch.manual_seed(5)
+    for count in (STREAMED_ROWS - 1, STREAMED_ROWS, 3 * STREAMED_ROWS + 1):
+        rows = torch.randn(3, count, 6, dtype=torch.float64)
+        weights = torch.randn(3, count, dtype=torch.float64)
+        want = torch.bmm(weights.unsqueeze(1), rows).squeeze(1)
+        with torch.no_grad():
+            assert torch.allclose(weighted_rows(weights, rows), want, rtol=0, atol=1e-12)
+            memory = with_feature_major({"keys": rows, "values": rows}, ("keys", "absent"))
+            assert ("keys" + BY_FEATURE in memory) == (count >= STREAMED_ROWS)
+            query = torch.randn(3, 6, dtype=torch.float64)
+            scores = torch.bmm(rows, query.unsqueeze(-1)).squeeze(-1)
+            assert torch.allclose(score_rows(memory, "keys", query), scores, rtol=0, atol=1e-12)
+            assert torch.allclose(read_rows(memory, "values", weights), want, rtol=0, atol=1e-12)
+        rows.requires_grad_(True)
+        (weighted_rows(weights, rows) * want).sum().backward()  # the gradient of a plain product
+        assert torch.allclose(rows.grad, weights.unsqueeze(-1) * want.unsqueeze(1), atol=1e-12)
+    once = with_feature_major({"keys": torch.randn(2, STREAMED_ROWS, 3)}, ("keys",))
+    assert with_feature_major(once, ("keys",)) is once  # made once, then kept
+    assert once["keys" + BY_FEATURE].shape == (2, 3, STREAMED_ROWS)
 
 
 def test_byte_dropout_drops_where_a_random_byte_is_below_256p():

@@ -52,20 +52,27 @@ class RelativeScores(Scorer):
 
     def prepare(self, keys: torch.Tensor) -> Memory:
         keys = keys * self.scale
-        # <u, k_i> does not depend on the step: compute it once per sequence.
-        return {"keys": keys, "key_bias": keys @ self.content_bias}
+        with torch.no_grad():  # fixed sinusoids pe(i) of the key positions (scaled), no gradient
+            # computed in float32 at least (angles of long positions), then in the keys' type
+            precision = torch.promote_types(keys.dtype, torch.float32)
+            positions = torch.arange(keys.size(1), device=keys.device)
+            table = (sinusoid(positions, self.dim, precision) * self.scale).to(keys.dtype)
+        # <u, k_i> does not depend on the step: compute it once per sequence.  The table is the same
+        # for every sequence: a view of one copy, batch-first like the rest of the memory.
+        return {
+            "keys": keys,
+            "key_bias": keys @ self.content_bias,
+            "position_table": table.expand(keys.size(0), -1, -1),
+        }
 
     def forward(self, query: torch.Tensor, memory: Memory, step: int) -> torch.Tensor:
-        keys = memory["keys"]
         content = score_rows(memory, "keys", query) + memory["key_bias"]
-        with torch.no_grad():  # fixed sinusoids of the distances i - t (scaled), no gradient
-            distances = torch.arange(keys.size(1), device=keys.device) - step
-            # computed in float32 at least (angles of long distances), then in the keys' type
-            precision = torch.promote_types(keys.dtype, torch.float32)
-            embeddings = (sinusoid(distances, self.dim, precision) * self.scale).to(keys.dtype)
-        # <x, W_r pe> = <W_r^T x, pe>: project the query once instead of every distance.
+        # <x, W_r pe(i - t)> = <W_r^T x, pe(i - t)>: project the query once instead of every distance;
+        # and since pe's (sin, cos) pairs turn by an angle per position, pe(i - t) is pe(i) turned back
+        # by t, so <y, pe(i - t)> = <R(-t) y, pe(i)>: the query turned instead of a new table a step.
         projected = (query + self.position_bias) @ self.position_proj.weight
-        return content + projected @ embeddings.t()
+        turned = rotate_pairs(projected, torch.tensor(-float(step), device=query.device))
+        return content + turned @ memory["position_table"][0].t()
 
     def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
         keys = memory["keys"]
