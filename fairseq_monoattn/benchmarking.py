@@ -265,36 +265,56 @@ def source_batch(dictionary, sources):
     }
 
 
-def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, repeats=2):
+def least_times(runs, rounds: int = 3, min_seconds: float = 0.3) -> dict:
+    """The least time of each of ``runs`` ({key: function returning a tuple of seconds}), taken
+    entry by entry.  Every round runs each of them in turn, again and again until it has taken
+    ``min_seconds`` (at least once): short runs are timed many times, and a slow spell of the
+    machine falls on every run alike instead of on one length.  Interference only ever adds time,
+    so the least is the measure."""
+    best = {}
+    for _ in range(rounds):
+        for key, run in runs.items():
+            spent = 0.0
+            while True:
+                seconds = run()
+                best[key] = tuple(map(min, zip(best.get(key, seconds), seconds)))
+                spent += seconds[0]
+                if spent >= min_seconds:
+                    break
+    return best
+
+
+def decode_speed(arch: str, lengths=(15, 100, 500), sentences=32, rounds=3):
     """Seconds per output token of greedy decoding, forced to exactly `length` steps."""
     d = digit_dictionary()
     model = build_preset(arch, d, seed=0)
     g = torch.Generator().manual_seed(0)
-    result = {}
     with torch.no_grad():  # warm-up: the first decoding of a process pays one-time costs
         SequenceGenerator([model], d, beam_size=1, max_len_b=5).generate([model], source_batch(d, [["1", "2"]]))
+
+    def run(sample, generator):
+        with torch.no_grad():
+            start = time.perf_counter()
+            generator.generate([model], sample)
+            return (time.perf_counter() - start,)
+
+    runs = {}
     for length in lengths:
         sample = source_batch(d, random_digits(g, sentences, length, length))
         generator = SequenceGenerator([model], d, beam_size=1, max_len_a=0, max_len_b=length, min_len=length)
-        best = float("inf")
-        with torch.no_grad():
-            for _ in range(repeats):
-                start = time.perf_counter()
-                generator.generate([model], sample)
-                best = min(best, time.perf_counter() - start)
-        result[length] = best / (sentences * (length + 1))
-    return result
+        runs[length] = lambda sample=sample, generator=generator: run(sample, generator)
+    return {length: seconds / (sentences * (length + 1)) for length, (seconds,) in least_times(runs, rounds).items()}
 
 
-def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, repeats=3):
+def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, rounds=3):
     """Where a greedy step's time goes, per output token at each length (seconds): ``generator``,
     fairseq's SequenceGenerator as ``decode_speed`` times it; ``model``, the decoder's own
     incremental steps driven directly (no search bookkeeping); ``attention``, the part of
     ``model`` spent in the cross-attention's step; ``reads``, the two batched products an attention
     step cannot avoid on that memory (a score per source position from the keys, when the preset
-    has content scores, and the weighted sum of the values), timed alone on tensors of the same
-    shapes.  ``model - attention`` is the recurrence and the output layer, which do not depend on
-    the source length."""
+    has content scores, and the weighted sum of the values), timed alone on the decoder's cached
+    memory, as its steps compute them.  ``model - attention`` is the recurrence and the output
+    layer, which do not depend on the source length."""
     d = digit_dictionary()
     model = build_preset(arch, d, seed=0)
     attention = model.decoder.attention
@@ -309,39 +329,41 @@ def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, repeats=3)
 
     attention.attend = timed_attend
     g = torch.Generator().manual_seed(0)
+    generator_seconds = decode_speed(arch, lengths, sentences, rounds)
+
+    def run(length, sample, targets):
+        with torch.no_grad():
+            encoder_out = model.encoder(**sample["net_input"])
+            state, spent[0] = {}, 0.0
+            start = time.perf_counter()
+            for step in range(length + 1):
+                model.decoder(targets[:, : step + 1], encoder_out=encoder_out, incremental_state=state)
+            model_seconds = time.perf_counter() - start
+            memory = state_memory(model, state)
+            keys = memory.get("keys") if attention.scorer is not None else None
+            weights = torch.rand(memory["values"].shape[:2], generator=g)
+            query = torch.rand(weights.size(0), keys.size(-1), generator=g) if keys is not None else None
+            start = time.perf_counter()
+            for _ in range(length + 1):  # the products as the decoder's steps compute them
+                if keys is not None:
+                    score_rows(memory, "keys", query)
+                read_rows(memory, "values", weights)
+            return model_seconds, spent[0], time.perf_counter() - start
+
+    runs = {}
+    for length in lengths:
+        sample = source_batch(d, random_digits(g, sentences, length, length))
+        targets = torch.randint(d.nspecial, len(d), (sentences, length + 1), generator=g)
+        runs[length] = lambda length=length, sample=sample, targets=targets: run(length, sample, targets)
     result = {}
-    generator_seconds = decode_speed(arch, lengths, sentences, repeats)
-    with torch.no_grad():
-        for length in lengths:
-            sample = source_batch(d, random_digits(g, sentences, length, length))
-            targets = torch.randint(d.nspecial, len(d), (sentences, length + 1), generator=g)
-            best_model = best_attention = best_reads = float("inf")
-            for _ in range(repeats):
-                encoder_out = model.encoder(**sample["net_input"])
-                state, spent[0] = {}, 0.0
-                start = time.perf_counter()
-                for step in range(length + 1):
-                    model.decoder(targets[:, : step + 1], encoder_out=encoder_out, incremental_state=state)
-                best_model = min(best_model, time.perf_counter() - start)
-                best_attention = min(best_attention, spent[0])
-                memory = state_memory(model, state)
-                keys = memory.get("keys") if attention.scorer is not None else None
-                values = memory["values"]
-                weights = torch.rand(values.shape[:2], generator=g)
-                query = torch.rand(values.size(0), keys.size(-1), generator=g) if keys is not None else None
-                start = time.perf_counter()
-                for _ in range(length + 1):  # the products as the decoder's steps compute them
-                    if keys is not None:
-                        score_rows(memory, "keys", query)
-                    read_rows(memory, "values", weights)
-                best_reads = min(best_reads, time.perf_counter() - start)
-            tokens = sentences * (length + 1)
-            result[length] = {
-                "generator": generator_seconds[length],
-                "model": best_model / tokens,
-                "attention": best_attention / tokens,
-                "reads": best_reads / tokens,
-            }
+    for length, (model_seconds, attention_seconds, reads) in least_times(runs, rounds).items():
+        tokens = sentences * (length + 1)
+        result[length] = {
+            "generator": generator_seconds[length],
+            "model": model_seconds / tokens,
+            "attention": attention_seconds / tokens,
+            "reads": reads / tokens,
+        }
     return result
 
 

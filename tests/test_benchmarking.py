@@ -44,7 +44,7 @@ def test_decoding_breakdown_times_the_attention_inside_the_decoder_steps():
     from fairseq_monoattn.benchmarking import decode_breakdown
 
     for arch in ("gru_content", "gru_onestep"):
-        parts = decode_breakdown(arch, lengths=(3, 7), sentences=2, repeats=1)
+        parts = decode_breakdown(arch, lengths=(3, 7), sentences=2, rounds=1)
         assert sorted(parts) == [3, 7]
         for part in parts.values():
             assert sorted(part) == ["attention", "generator", "model", "reads"]
@@ -136,3 +136,22 @@ def test_a_training_that_fails_or_ends_early_is_an_error_with_its_log(monkeypatc
     lines = ["fairseq.trainer | begin training epoch 1\n", "RuntimeError: out of memory\n"]
     with pytest.raises(SystemExit, match="out of memory"):
         scripted_epochs(monkeypatch, tmp_path, lines, [1.0], returncode=1)
+
+
+def test_least_times_interleaves_the_runs_and_keeps_each_entrys_least():
+    """Each round visits every run in turn, repeating it until it has taken min_seconds (by its
+    first entry); the result is the least of each entry over all its runs."""
+    calls = []
+    times = {
+        "short": iter([(0.1, 5.0), (0.05, 7.0), (0.2, 1.0), (0.3, 9.0)] * 3),
+        "long": iter([(1.0, 2.0), (0.9, 3.0)]),
+    }
+
+    def run(key):
+        calls.append(key)
+        return next(times[key])
+
+    best = benchmarking.least_times({k: lambda k=k: run(k) for k in times}, rounds=2, min_seconds=0.3)
+    # round 1: short 0.1 + 0.05 + 0.2 >= 0.3 (three runs), long once; round 2: short 0.3 at once, long once
+    assert calls == ["short"] * 3 + ["long"] + ["short"] + ["long"]
+    assert best == {"short": (0.05, 1.0), "long": (0.9, 2.0)}
