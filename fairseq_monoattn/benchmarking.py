@@ -13,7 +13,8 @@ second / the lstm run just before it, so the machine's speed, and its drift duri
 invocation, cancel out; the spread of those ratios is printed beside it.
 
 Decoding: greedy decoding of 32 random digit strings of length 15, 100 and 500, forced to
-emit exactly that many tokens, timed per output token (time / (sentences x steps)).
+emit exactly that many tokens, timed per output token (time / (sentences x steps)), the least
+time over three interleaved rounds of the lengths (``least_times``).
 """
 
 import argparse
