@@ -252,9 +252,9 @@ def with_more_seeds(sweep: Sweep, records: Sequence[dict], seeds: Sequence[int])
 
 
 def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
-    """What is done and left of a sweep: records present, runs left and their CPU-hours (from the
-    sweep's own records, or before it has any, every record of its cells), records not committed,
-    records whose model is no longer the one their command builds."""
+    """What is done and left of a sweep: records present and the CPU-hours their runs took, runs left
+    and their CPU-hours (from the sweep's own records, or before it has any, every record of its
+    cells), records not committed, records whose model is no longer the one their command builds."""
     from .git_records import uncommitted_records
     from .runs import describe_differences, outdated_records
 
@@ -265,9 +265,14 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
     timed = done_records or [r for r in records if (r["task"], r["arch"]) in sweep.cells]
     hours = sum(map(run_seconds, timed)) / max(1, len(timed)) / 3600
     left = len(specs) - len(done)
+    spent = (
+        f" ({hours * len(done):.1f} CPU-hours of training and scoring, {hours * 60:.1f} min a run)"
+        if done_records
+        else ""
+    )
     lines = [
-        f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {results}; {left} left"
-        + (f", about {hours * left:.1f} CPU-hours at {hours * 60:.1f} min a run" if timed else "")
+        f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {results}{spent}; {left} left"
+        + (f", about {hours * left:.1f} CPU-hours at {hours * 60:.1f} min a run" if timed and left else "")
     ]
     left_out = uncommitted_records(done, results)
     if left_out:
