@@ -101,6 +101,13 @@ class GreedyDecoder:
     def generate(self, models, sample, encoder_out=None) -> List[List[int]]:
         """The outputs of the batch; ``encoder_out``: the model's encoder output for this batch's
         sources if the caller has it already (in evaluation mode), else it is computed here."""
+        return self.decode(models, sample, encoder_out).hypotheses
+
+    @torch.no_grad()
+    def decode(self, models, sample, encoder_out=None, attention_peaks: bool = False) -> "GreedyOutput":
+        """The outputs of the batch, with the direction gate of each example (the decoder's
+        ``extra["direction"]`` at the first step, or None) and, with ``attention_peaks``, how sharp
+        each example's attention was on its own output (see :class:`GreedyOutput`)."""
         (model,) = models
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
@@ -113,9 +120,18 @@ class GreedyDecoder:
         tokens[:, 0] = self.eos
         active = torch.arange(batch, device=src_tokens.device)
         outputs: List[List[int]] = [[] for _ in range(batch)]
+        direction = peak_sums = None
         for step in range(max_len + 1):
-            logits, _ = model.decoder(tokens[active, : step + 1], encoder_out=encoder_out,
-                                      incremental_state=incremental_state)  # fmt: skip
+            logits, extra = model.decoder(tokens[active, : step + 1], encoder_out=encoder_out,
+                                          incremental_state=incremental_state)  # fmt: skip
+            extra = extra if isinstance(extra, dict) else {}
+            if step == 0:
+                direction = extra.get("direction")
+            if attention_peaks and extra.get("attention") is not None:
+                weights = extra["attention"][:, -1]  # (active, n + 2): this step's weights
+                if peak_sums is None:
+                    peak_sums = weights.new_zeros(batch)
+                peak_sums[active] += weights.max(dim=-1).values  # max_i a_ti, summed over the steps
             lprobs = model.get_normalized_probs((logits[:, -1:], None), log_probs=True)[:, -1]
             if step >= max_len:
                 chosen = torch.full_like(active, self.eos)
@@ -133,7 +149,24 @@ class GreedyDecoder:
                 active = active[keep]
                 model.decoder.reorder_incremental_state_scripting(incremental_state, keep)
                 encoder_out = model.encoder.reorder_encoder_out(encoder_out, keep)
-        return outputs
+        peaks = None
+        if peak_sums is not None:  # each example took one step per output token
+            peaks = peak_sums / peak_sums.new_tensor([len(output) for output in outputs])
+        return GreedyOutput(outputs, direction, peaks)
+
+
+@dataclass
+class GreedyOutput:
+    """What :meth:`GreedyDecoder.decode` gives for a batch: ``hypotheses``, each example's
+    output (EOS included); ``direction``, the direction gate g (B,) or None (no gate); and
+    ``attention_peaks`` (B,), the mean over an example's output steps of max_i a_ti, the largest
+    weight a step put on one source position, or None (not asked for, or a decoder that returns no
+    weights).  Where an output equals its target, its steps were the teacher-forced steps on the
+    target, so this is the target's peak too (to float rounding)."""
+
+    hypotheses: List[List[int]]
+    direction: Optional[torch.Tensor]
+    attention_peaks: Optional[torch.Tensor]
 
 
 def greedy_hypotheses(generator, models, sample, encoder_out=None) -> List[List[int]]:

@@ -19,7 +19,8 @@ from typing import Dict, List, Optional
 import torch
 
 from .dictionaries import DictionaryMismatch
-from .metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad
+from .limits import SCORING_BATCH_SIZE
+from .metrics import GreedyDecoder, Tally, greedy_generator, greedy_hypotheses, is_exact_match, strip_pad
 
 # The direction gate mixes the encodings the cross-attention reads (its keys and values).
 GATE_APPLIES_TO = "cross-attention keys and values: g * e + (1 - g) * reverse(e)"
@@ -149,12 +150,19 @@ class AttentionPeakTally(PerExampleTally):
     largest weight the step puts on one source position (1: every step reads one position;
     1/n: spread evenly over n).  Models whose decoder returns no ``attention`` give None."""
 
-    def add(self, attention: Optional[torch.Tensor], target: torch.Tensor, pad: int) -> None:
-        if attention is None:
-            return
-        steps = target.ne(pad).to(attention.dtype)  # (B, T): the target's real steps
-        peaks = attention.max(dim=-1).values  # (B, T)
-        self.values.extend(((peaks * steps).sum(dim=1) / steps.sum(dim=1)).tolist())
+    def add(self, peaks: Optional[torch.Tensor]) -> None:
+        if peaks is not None:
+            self.values.extend(peaks.tolist())
+
+
+def attention_peaks(attention: Optional[torch.Tensor], target: torch.Tensor, pad: int) -> Optional[torch.Tensor]:
+    """The attention peak (B,) of teacher-forced weights ``attention`` (B, T, n + 2) on ``target``
+    (B, T): the mean over the target's real steps of each step's largest weight."""
+    if attention is None:
+        return None
+    steps = target.ne(pad).to(attention.dtype)  # (B, T): the target's real steps
+    peaks = attention.max(dim=-1).values  # (B, T)
+    return (peaks * steps).sum(dim=1) / steps.sum(dim=1)
 
 
 def teacher_forced_extra(model, sample) -> Dict[str, object]:
@@ -162,6 +170,48 @@ def teacher_forced_extra(model, sample) -> Dict[str, object]:
     gate (``direction``) and the weights (``attention``) both come from this one pass."""
     _, extra = model(**sample["net_input"])
     return extra if isinstance(extra, dict) else {}
+
+
+def batch_rows(sample, rows: torch.Tensor):
+    """The examples ``rows`` of a batch, as a batch (their padding as it was)."""
+    net_input = {k: v.index_select(0, rows) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
+    return dict(sample, id=sample["id"].index_select(0, rows), net_input=net_input,
+                target=sample["target"].index_select(0, rows))  # fmt: skip
+
+
+def decode_batch(generator, models, sample, pad: int):
+    """A batch's greedy outputs, direction gates (B,) or None and attention peaks on the targets
+    (B,) or None.
+
+    With the plugin's ``GreedyDecoder``, the gate and the weights come from the decoding itself:
+    an output that equals its target (EOS included) was decoded through the teacher-forced steps,
+    so its peak is kept from the decoding (the same numbers as the full pass to float rounding,
+    as incremental decoding is), and only the other examples get a teacher-forced pass on their
+    targets.  A decoder that returns no weights while decoding returns none in the full pass
+    either (the plugin's decoders give the same ``extra`` keys in both).  Other models are decoded
+    by fairseq's generator and take one teacher-forced pass for the gate and the weights."""
+    model = models[0]
+    if not isinstance(generator, GreedyDecoder):
+        hypotheses = greedy_hypotheses(generator, models, sample)
+        extra = teacher_forced_extra(model, sample)
+        return (
+            hypotheses,
+            direction_of(model, sample, extra),
+            attention_peaks(extra.get("attention"), sample["target"], pad),
+        )
+    decoded = generator.decode(models, sample, attention_peaks=True)
+    direction = decoded.direction if decoded.direction is not None else direction_of(model, sample, {})
+    peaks = decoded.attention_peaks
+    if peaks is not None:
+        targets = [strip_pad(t, pad) for t in sample["target"]]
+        wrong = [i for i, (h, t) in enumerate(zip(decoded.hypotheses, targets)) if not is_exact_match(h, t)]
+        if wrong:
+            rows = torch.tensor(wrong, device=peaks.device)
+            forced = batch_rows(sample, rows)
+            peaks = peaks.index_copy(
+                0, rows, attention_peaks(teacher_forced_extra(model, forced)["attention"], forced["target"], pad)
+            )
+    return decoded.hypotheses, direction, peaks
 
 
 def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
@@ -176,7 +226,7 @@ def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
     return None
 
 
-def score_split(models, task, split: str, batch_size: int = 64, max_output_len=None, progress=None):
+def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, max_output_len=None, progress=None):
     """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
     id, the output length limit used, the direction gate's statistics or None, the attention
     peak's statistics or None).
@@ -204,10 +254,9 @@ def score_split(models, task, split: str, batch_size: int = 64, max_output_len=N
     tally, gates, peaks, found = Tally(), GateTally(), AttentionPeakTally(), {}
     for sample in progress(batches) if progress else batches:
         with torch.no_grad():
-            hypotheses = greedy_hypotheses(generator, models, sample)
-            extra = teacher_forced_extra(models[0], sample)
-            gates.add(direction_of(models[0], sample, extra))
-        peaks.add(extra.get("attention"), sample["target"], pad)
+            hypotheses, direction, batch_peaks = decode_batch(generator, models, sample, pad)
+        gates.add(direction)
+        peaks.add(batch_peaks)
         targets = [strip_pad(t, pad) for t in sample["target"]]
         tally.add(hypotheses, targets, eos)
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
@@ -257,7 +306,7 @@ def score(
     data,
     splits,
     out,
-    batch_size=64,
+    batch_size=SCORING_BATCH_SIZE,
     max_output_len=None,
     predictions=False,
     force=False,

@@ -15,6 +15,8 @@ from model_helpers import (
     random_digits,
 )
 
+from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
+
 D = digit_dictionary()
 # the last one long enough for decoding to stream the attention's products (STREAMED_ROWS), the
 # others not: the streamed and the plain products must give the same hypotheses and scores
@@ -197,3 +199,48 @@ def test_the_greedy_decoder_gives_fairseqs_greedy_outputs(arch):
             with torch.no_grad():
                 model.decoder.out_bias[D.eos()] = base
     assert lengths >= 3
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS + sorted(TRANSFORMER_PRESETS))
+def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_the_output_is_the_target(arch):
+    """The scorer's attention peak is a teacher-forced quantity: where an output equals its target,
+    decode_batch keeps it from the greedy decoding, and runs the teacher-forced pass on the other
+    examples only.  Against one teacher-forced pass over the whole batch (what it replaces), with
+    half the targets the model's own outputs and half not: the same peaks (1e-10, float64), the
+    same gates and the same outputs."""
+    from fairseq.data import data_utils
+
+    from fairseq_monoattn.metrics import GreedyDecoder, strip_pad
+    from fairseq_monoattn.scoring import attention_peaks, decode_batch, direction_of, teacher_forced_extra
+
+    model = build(arch, D, seed=3).to(torch.float64)
+    generator = GreedyDecoder(D, max_len_b=40)
+    sources = batch(D, SOURCES)
+    outputs = generator.generate([model], sources)
+    targets = [
+        torch.tensor(output) if row % 2 == 0 else torch.tensor([D.index(t) for t in SOURCES[row]] + [D.eos()])
+        for row, output in enumerate(outputs)
+    ]
+    sample = dict(sources)
+    sample["target"] = data_utils.collate_tokens(targets, D.pad())
+    sample["net_input"] = dict(
+        sources["net_input"],
+        prev_output_tokens=data_utils.collate_tokens(targets, D.pad(), D.eos(), move_eos_to_beginning=True),
+    )
+    matching = [strip_pad(t, D.pad()) == o for t, o in zip(sample["target"], outputs)]
+    assert matching[0::2] == [True] * 3 and not any(matching[1::2])  # both kinds of example are there
+    with torch.no_grad():
+        hypotheses, gates, peaks = decode_batch(generator, [model], sample, D.pad())
+        extra = teacher_forced_extra(model, sample)
+        expected_gates = direction_of(model, sample, extra)
+        expected_peaks = attention_peaks(extra.get("attention"), sample["target"], D.pad())
+    assert hypotheses == outputs
+    if expected_gates is None:
+        assert gates is None
+    else:
+        assert torch.equal(gates, expected_gates)
+    if expected_peaks is None:
+        assert peaks is None
+    else:
+        assert peaks.shape == (len(SOURCES),)
+        torch.testing.assert_close(peaks, expected_peaks, rtol=0, atol=1e-10)

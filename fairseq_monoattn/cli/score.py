@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from ..limits import SCORING_BATCH_SIZE
 from .common import Parser, add_user_dir
 
 
@@ -23,7 +24,11 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="JSON file to write")
     parser.add_argument(
-        "--batch-size", type=int, default=64, metavar="N", help="examples decoded at once (no score depends on it)"
+        "--batch-size",
+        type=int,
+        default=SCORING_BATCH_SIZE,
+        metavar="N",
+        help="examples decoded at once (no score depends on it)",
     )
     parser.add_argument(
         "--max-output-len",

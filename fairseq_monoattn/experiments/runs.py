@@ -224,7 +224,7 @@ def stop_reason(log_file: Path) -> Optional[str]:
 # --- one run ---------------------------------------------------------------------------------
 
 
-def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log=print) -> dict:
+def run(spec: RunSpec, work: Path, results: Path, log=print) -> dict:
     """Train, score and record one run (or return its existing record).  fairseq-train inherits
     this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores)."""
     record_path = spec.record_path(results)
@@ -240,7 +240,7 @@ def run(spec: RunSpec, work: Path, results: Path, batch_size_eval: int = 64, log
     with file_lock(run_dir / ".lock", busy=busy):
         if record_path.exists():  # the other process finished it while this one prepared the data
             return existing_record(spec, record_path)
-        return train_score_record(spec, data, run_dir, record_path, batch_size_eval, log)
+        return train_score_record(spec, data, run_dir, record_path, log)
 
 
 def existing_record(spec: RunSpec, record_path: Path) -> dict:
@@ -249,7 +249,7 @@ def existing_record(spec: RunSpec, record_path: Path) -> dict:
     return record
 
 
-def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, batch_size_eval: int, log) -> dict:
+def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, log) -> dict:
     """The body of :func:`run`, under the run folder's lock."""
     command = train_command(spec, data, run_dir)
     recorded = " ".join(command)
@@ -279,7 +279,6 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
             data / "bin",
             test_splits(data),
             scores_file,
-            batch_size=batch_size_eval,
             force=True,
         )
         timing["scoring_seconds"] = time.time() - start
