@@ -121,6 +121,11 @@ class PerExampleTally:
     def __init__(self):
         self.values: List[float] = []
 
+    def add(self, values: Optional[torch.Tensor]) -> None:
+        """A batch's values (B,), or None from a model that gives none."""
+        if values is not None:
+            self.values.extend(values.tolist())
+
     def as_dict(self) -> Optional[Dict[str, object]]:
         if not self.values:
             return None
@@ -131,10 +136,6 @@ class PerExampleTally:
 class GateTally(PerExampleTally):
     """Direction-gate values g (B,) of every example of a split, and the share read forward
     (g > 0.5); models without a gate give None."""
-
-    def add(self, gates: Optional[torch.Tensor]) -> None:
-        if gates is not None:
-            self.values.extend(gates.tolist())
 
     def as_dict(self) -> Optional[Dict[str, object]]:
         summary = super().as_dict()
@@ -149,10 +150,6 @@ class AttentionPeakTally(PerExampleTally):
     """How sharp the cross-attention is: peak = mean over the output steps of max_i a_ti, the
     largest weight the step puts on one source position (1: every step reads one position;
     1/n: spread evenly over n).  Models whose decoder returns no ``attention`` give None."""
-
-    def add(self, peaks: Optional[torch.Tensor]) -> None:
-        if peaks is not None:
-            self.values.extend(peaks.tolist())
 
 
 def attention_peaks(attention: Optional[torch.Tensor], target: torch.Tensor, pad: int) -> Optional[torch.Tensor]:
