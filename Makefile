@@ -1,6 +1,7 @@
 # Everything runs in a local virtual environment (.venv) built from scratch.
-# torch is pinned to the CPU build first, and fairseq-fixed is built without build isolation
-# so that neither pulls a multi-GB CUDA torch.  Another torch: make install TORCH="torch==2.5.1".
+# torch is pinned to the CPU build first, and fairseq-fixed and the plugin are built without
+# build isolation so that neither pulls a multi-GB CUDA torch (the plugin compiles its C++ GRU
+# loop against the torch installed here).  Another torch: make install TORCH="torch==2.5.1".
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,11 +14,11 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(
 
 .PHONY: install demo test lint docs benchmark clean-venv
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: setup.py fairseq_monoattn/csrc/packed_gru.cpp
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)" cython numpy setuptools wheel
 	$(PY) -m pip install --quiet --no-build-isolation "$(FAIRSEQ)"
-	$(PY) -m pip install --quiet -e ".[test,plots,slurm,dev]"
+	$(PY) -m pip install --quiet --no-build-isolation --use-pep517 -e ".[test,plots,slurm,dev]"
 	touch $@
 
 install: $(VENV)/.installed

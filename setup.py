@@ -1,5 +1,23 @@
 from setuptools import find_packages, setup
 
+
+def compiled_loops():
+    """The encoder's GRU time loop in C++ (fairseq_monoattn/csrc), built where torch can be
+    imported at build time (``pip install --no-build-isolation``) and a C++ compiler works; else
+    the package installs without it and steps the loop in Python (the same function, slower)."""
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except ImportError:
+        return {}
+    extension = CppExtension(
+        "fairseq_monoattn._packed_gru",
+        ["fairseq_monoattn/csrc/packed_gru.cpp"],
+        extra_compile_args=["-O3"],
+        optional=True,  # a failed build warns and installs the rest
+    )
+    return {"ext_modules": [extension], "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=False)}}
+
+
 setup(
     name="fairseq-monoattn",
     version="0.3.0",
@@ -7,7 +25,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*"]),
-    package_data={"fairseq_monoattn.data": ["files/**/*"]},
+    package_data={"fairseq_monoattn.data": ["files/**/*"], "fairseq_monoattn": ["csrc/*.cpp"]},
     include_package_data=True,
     entry_points={
         "console_scripts": [
@@ -39,4 +57,5 @@ setup(
         "plots": ["matplotlib>=3.5"],
         "slurm": ["submitit>=1.4"],
     },
+    **compiled_loops(),
 )

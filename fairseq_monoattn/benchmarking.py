@@ -588,6 +588,15 @@ def summarize(pairs):
     )
 
 
+def encoder_loop() -> str:
+    """Which GRU loop the presets' encoders run in this installation (C++ or Python)."""
+    from .modules import gru
+
+    if gru._packed_gru is None:
+        return "the encoder's GRU loop in Python (the C++ loop is not built)"
+    return "the encoder's GRU loop in C++" if gru.COMPILED_GRU else "the encoder's GRU loop in Python (switched off)"
+
+
 def main(argv=None):
     """Train and decode each preset as the module docstring says, printing a Markdown table."""
     args = parse_args(argv)
@@ -600,7 +609,7 @@ def main(argv=None):
         print(
             f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
             f"each after a run of fairseq's own model of that size (lstm or transformer); "
-            f"torch threads: {torch.get_num_threads()}",
+            f"torch threads: {torch.get_num_threads()}; {encoder_loop()}",
             flush=True,
         )
     for arch in [] if args.skip_training else archs:

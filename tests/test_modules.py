@@ -263,8 +263,34 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
     assert torch.autograd.gradcheck(gru_update, inputs)
 
 
+def gru_loops():
+    """The encoder's GRU loops to test: Python's always, the C++ one where it is built."""
+    from fairseq_monoattn.modules import gru
+
+    return [False] + ([True] if gru._packed_gru is not None else [])
+
+
+def test_the_compiled_gru_loop_is_built_where_a_compiler_is():
+    """``make install`` builds fairseq_monoattn/csrc/packed_gru.cpp; without it every encoder
+    steps in Python, so a build that silently failed would pass every other test."""
+    import shutil
+
+    from fairseq_monoattn.modules import gru
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler: the package installs without its compiled GRU loop")
+    assert gru._packed_gru is not None, "the C++ GRU loop was not built: pip install --no-build-isolation -e ."
+    assert gru.compiled_gru_applies(torch.zeros(1), torch.zeros(2)) == gru.COMPILED_GRU
+    assert not gru.compiled_gru_applies(torch.zeros(1, dtype=torch.bfloat16))
+    assert not gru.compiled_gru_applies(torch.zeros(1), torch.zeros(1, dtype=torch.float64))
+    assert not gru.compiled_gru_applies(torch.zeros(1, device="meta"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not gru.compiled_gru_applies(torch.zeros(1))
+
+
+@pytest.mark.parametrize("compiled", gru_loops())
 @pytest.mark.parametrize("layers,width", [(1, 5), (2, 5), (1, 7)])
-def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width):
+def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width, compiled):
     from fairseq_monoattn.modules.gru import bidirectional_gru
     from fairseq_monoattn.modules.positions import gather_positions, reversal_index
 
@@ -278,7 +304,7 @@ def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width):
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     packed_out, want_final = rnn(packed)
     want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=width)
-    got, got_final = bidirectional_gru(rnn, x, lengths)
+    got, got_final = bidirectional_gru(rnn, x, lengths, compiled=compiled)
     assert got.shape == (5, width, 8)
     assert torch.allclose(got, want, atol=1e-14) and torch.allclose(got_final, want_final, atol=1e-14)
     assert got[1, 2:].abs().sum() == 0  # zero past the row's length, as pad_packed_sequence pads
@@ -288,6 +314,49 @@ def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width):
     got_grads = torch.autograd.grad((got * weights).sum() + got_final.pow(2).sum(), params)
     for g, w in zip(got_grads, want_grads):
         assert torch.allclose(g, w, atol=1e-12)
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ GRU loop is not built")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dtype):
+    """The two loops on an encoder's batch (32 rows of 1-40 positions, two layers): the same
+    outputs to float rounding, the same gradients of the input and of every weight."""
+    from fairseq_monoattn.modules.gru import bidirectional_gru
+
+    torch.manual_seed(3)
+    rnn = torch.nn.GRU(16, 8, num_layers=2, batch_first=True, bidirectional=True).to(dtype)
+    lengths = torch.randint(1, 41, (32,))
+    lengths[5] = 40
+    x = torch.randn(32, 40, 16, dtype=dtype, requires_grad=True)
+    params = [x] + list(rnn.parameters())
+    runs = []
+    for compiled in (False, True):
+        out, final = bidirectional_gru(rnn, x, lengths, compiled=compiled)
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
+        loss = (out * weights).sum() + final.pow(2).sum()
+        runs.append((out, final, torch.autograd.grad(loss, params)))
+    (want, want_final, want_grads), (got, got_final, got_grads) = runs
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-14
+    assert (got - want).abs().max() <= tolerance and (got_final - want_final).abs().max() <= tolerance
+    for g, w in zip(got_grads, want_grads):
+        assert (g - w).abs().max() <= tolerance * 10 * max(1.0, w.abs().max().item())
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ GRU loop is not built")
+def test_the_compiled_gru_loop_refuses_what_it_cannot_step():
+    from fairseq_monoattn.modules.gru import _packed_gru
+
+    gates, weight, bias = torch.zeros(2, 5, 12), torch.zeros(2, 12, 4), torch.zeros(2, 12)
+    states, saved = _packed_gru.packed_gru_forward(gates, weight, bias, [3, 2])
+    assert states.shape == (2, 5, 4) and saved.shape == (2, 5, 16)
+    with pytest.raises(RuntimeError, match="sizes sum to 4, the packed rows are 5"):
+        _packed_gru.packed_gru_forward(gates, weight, bias, [3, 1])
+    with pytest.raises(RuntimeError, match="non-increasing"):
+        _packed_gru.packed_gru_forward(gates, weight, bias, [2, 3])
+    with pytest.raises(RuntimeError, match="3 \\* hidden"):
+        _packed_gru.packed_gru_forward(gates, torch.zeros(2, 12, 5), bias, [3, 2])
+    with pytest.raises(RuntimeError, match="contiguous"):
+        _packed_gru.packed_gru_forward(gates.transpose(0, 1), weight, bias, [3, 2])
 
 
 def test_a_step_linear_gives_the_gradients_of_the_plain_products():

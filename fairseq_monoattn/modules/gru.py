@@ -4,13 +4,25 @@ The decoder computes the gates' pre-activations itself (the embedding's share fo
 once, the hidden state's together with the attention's readout), so it needs the cell's update
 alone.  As one autograd node with a hand-written backward, a step records one node instead of
 about ten, which is most of what a decoder step costs on a CPU.  The encoder's bidirectional GRU
-steps through its sources the same way (``bidirectional_gru``).
+(``bidirectional_gru``) steps through its sources the same way, or, where the package was built
+with its C++ loop (``csrc/packed_gru.cpp``), runs every step forward in one call and back in
+another.
 """
+
+import os
 
 import torch
 import torch.nn.functional as F
 
 from .positions import padding_mask, reversal_index
+
+try:  # the time loop in C++ (csrc/packed_gru.cpp), built by setup.py where torch and a compiler are
+    from .. import _packed_gru
+except ImportError:
+    _packed_gru = None
+
+# FAIRSEQ_MONOATTN_COMPILED_GRU=0 steps the encoder in Python even where the C++ loop is built
+COMPILED_GRU = os.environ.get("FAIRSEQ_MONOATTN_COMPILED_GRU", "1") != "0"
 
 
 class _GRUUpdate(torch.autograd.Function):
@@ -43,6 +55,44 @@ class _GRUUpdate(torch.autograd.Function):
 def gru_update(input_gates: torch.Tensor, hidden_gates: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """One GRU step from its gates' pre-activations W_i x + b_i (B, 3H) and W_h h + b_h (B, 3H)."""
     return _GRUUpdate.apply(input_gates, hidden_gates, hidden)
+
+
+class _PackedGRULoop(torch.autograd.Function):
+    """The whole time loop of ``bidirectional_gru`` (every step, both directions) as one node,
+    forward and backward in C++: the same function as stepping ``gru_update``."""
+
+    @staticmethod
+    def forward(ctx, input_gates, weight, bias, sizes):
+        states, saved = _packed_gru.packed_gru_forward(input_gates, weight, bias, sizes)
+        ctx.sizes = sizes
+        ctx.save_for_backward(states, saved, weight)
+        return states
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        states, saved, weight = ctx.saved_tensors
+        grad_input_gates, grad_weight, grad_bias = _packed_gru.packed_gru_backward(
+            grad, states, saved, weight, ctx.sizes
+        )
+        return grad_input_gates, grad_weight, grad_bias, None
+
+
+def compiled_gru_applies(*tensors: torch.Tensor) -> bool:
+    """Whether ``bidirectional_gru`` runs its time loop in C++: built, not switched off, and the
+    loop's tensors float32 or float64 (one of them) on the CPU, outside autocast; other devices
+    and precisions step in Python."""
+    if _packed_gru is None or not COMPILED_GRU or _autocast_on_cpu():
+        return False
+    kinds = {(t.device.type, t.dtype) for t in tensors}
+    return len(kinds) == 1 and kinds <= {("cpu", torch.float32), ("cpu", torch.float64)}
+
+
+def _autocast_on_cpu() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
 
 
 def _both_directions(rnn: torch.nn.GRU, name: str, layer: int):
@@ -85,7 +135,7 @@ class _Packing:
         self.finals = starts[lengths - 1] + rank  # each row's last step
 
 
-def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor):
+def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, compiled=None):
     """What ``rnn(pack_padded_sequence(x, lengths))`` computes, for a batch-first bidirectional
     ``nn.GRU`` and right-padded x (B, T, D): outputs (B, T, 2H), zero past each row's length, and
     the final states (layers * 2, B, H), with rnn's own parameters.
@@ -96,7 +146,10 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor)
     loop.  As in a packed sequence, step t computes only the rows longer than t (no work on
     padding, which is about 40 % of a batch of mixed lengths); a packed ``nn.GRU`` on the CPU
     records about ten autograd nodes per step and direction.  The lengths are read on the host
-    (one synchronisation per call on an accelerator, as ``pack_padded_sequence`` needs)."""
+    (one synchronisation per call on an accelerator, as ``pack_padded_sequence`` needs).
+
+    Where :func:`compiled_gru_applies` (or ``compiled`` says so), the loop is one C++ call
+    forward and one backward instead of a node per step."""
     batch, width, _ = x.shape
     packing = _Packing(lengths.to(x.device), width)
     finals = []
@@ -110,17 +163,15 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor)
                 F.linear(rows.index_select(0, packing.backward_inputs), backward_ih, backward_bias),
             ]
         )  # (2, total, 3H)
-        hidden_weight = torch.stack(_both_directions(rnn, "weight_hh", layer)).transpose(1, 2)  # (2, H, 3H)
-        hidden_bias = torch.stack(_both_directions(rnn, "bias_hh", layer)).unsqueeze(1)  # (2, 1, 3H)
-        hidden = x.new_zeros(2, packing.sizes[0], rnn.hidden_size)
-        states = []
-        for gates, size in zip(input_gates.split(packing.sizes, dim=1), packing.sizes):
-            if size != hidden.size(1):
-                hidden = hidden[:, :size]  # the rows that ended at the last step leave the batch
-            hidden = gru_update(gates, torch.baddbmm(hidden_bias, hidden, hidden_weight), hidden)
-            states.append(hidden)
-        states.append(x.new_zeros(2, 1, rnn.hidden_size))  # what padding positions read
-        states = torch.cat(states, dim=1)  # (2, total + 1, H)
+        hidden_weight = torch.stack(_both_directions(rnn, "weight_hh", layer))  # (2, 3H, H)
+        hidden_bias = torch.stack(_both_directions(rnn, "bias_hh", layer))  # (2, 3H)
+        padding_state = x.new_zeros(2, 1, rnn.hidden_size)  # what padding positions read
+        if compiled_gru_applies(input_gates, hidden_weight, hidden_bias) if compiled is None else compiled:
+            states = _PackedGRULoop.apply(input_gates, hidden_weight, hidden_bias, packing.sizes)
+            states = torch.cat([states, padding_state], dim=1)  # (2, total + 1, H)
+        else:
+            states = _python_loop(input_gates, hidden_weight, hidden_bias, packing.sizes) + [padding_state]
+            states = torch.cat(states, dim=1)  # (2, total + 1, H)
         finals.append(states.index_select(1, packing.finals))
         x = torch.cat(
             [
@@ -130,3 +181,17 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor)
             dim=-1,
         ).view(batch, width, -1)
     return x, torch.cat(finals)
+
+
+def _python_loop(input_gates, hidden_weight, hidden_bias, sizes):
+    """The states of each step of ``bidirectional_gru``'s loop: per step one batched product
+    W_hh h + b_hh for both directions and one ``gru_update`` node."""
+    hidden_weight, hidden_bias = hidden_weight.transpose(1, 2), hidden_bias.unsqueeze(1)  # (2, H, 3H), (2, 1, 3H)
+    hidden = input_gates.new_zeros(2, sizes[0], hidden_weight.size(1))
+    states = []
+    for gates, size in zip(input_gates.split(sizes, dim=1), sizes):
+        if size != hidden.size(1):
+            hidden = hidden[:, :size]  # the rows that ended at the last step leave the batch
+        hidden = gru_update(gates, torch.baddbmm(hidden_bias, hidden, hidden_weight), hidden)
+        states.append(hidden)
+    return states

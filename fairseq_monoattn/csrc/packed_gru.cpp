@@ -1,0 +1,220 @@
+// The time loop of a (multi-direction) GRU over packed rows, forward and backward, as two calls.
+//
+// Called from fairseq_monoattn/modules/gru.py, which prepares what does not depend on the
+// recurrence: the input gates W_ih x + b_ih of every step (one product before the loop) and the
+// packing (rows sorted longest first; step t runs on the first sizes[t] rows, which are the
+// first sizes[t] rows of step t - 1).  Per step and direction the loop makes one matrix product
+// (W_hh h + b_hh forward, the hidden state's gradient backward), one sigmoid and one tanh over
+// both directions' rows (torch's own vectorised kernels); the rest of a step is plain loops over
+// the step's rows, where torch would record some twenty operator calls and autograd nodes a step.
+//
+// Gates in torch's order [r | z | n]:
+//   r = sigmoid(i_r + h_r),  z = sigmoid(i_z + h_z),  n = tanh(i_n + r * h_n),
+//   h' = (h - n) * z + n,    with h_* = (W_hh h + b_hh)_*.
+
+#include <torch/extension.h>
+
+#include <vector>
+
+namespace {
+
+using torch::Tensor;
+
+void check_input(const Tensor& t, const char* name, int64_t dims) {
+  TORCH_CHECK(t.device().is_cpu(), "packed_gru: ", name, " must be on the CPU");
+  TORCH_CHECK(t.dim() == dims, "packed_gru: ", name, " must have ", dims, " dimensions");
+  TORCH_CHECK(t.is_contiguous(), "packed_gru: ", name, " must be contiguous");
+}
+
+std::vector<int64_t> step_starts(const std::vector<int64_t>& sizes, int64_t total) {
+  std::vector<int64_t> starts(sizes.size());
+  int64_t start = 0;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    TORCH_CHECK(sizes[t] > 0 && (t == 0 || sizes[t] <= sizes[t - 1]),
+                "packed_gru: sizes must be positive and non-increasing");
+    starts[t] = start;
+    start += sizes[t];
+  }
+  TORCH_CHECK(start == total, "packed_gru: sizes sum to ", start, ", the packed rows are ", total);
+  return starts;
+}
+
+// Forward.  input_gates (D, total, 3H), weight (D, 3H, H) = W_hh, bias (D, 3H) = b_hh.
+// Returns the states (D, total, H) and what the backward pass needs: the gates r, z, n and
+// h_n (D, total, 4H).
+std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& weight, const Tensor& bias,
+                                       const std::vector<int64_t>& sizes) {
+  check_input(input_gates, "input_gates", 3);
+  check_input(weight, "weight", 3);
+  check_input(bias, "bias", 2);
+  const int64_t directions = input_gates.size(0), total = input_gates.size(1), hidden = weight.size(2);
+  TORCH_CHECK(input_gates.size(2) == 3 * hidden && weight.size(1) == 3 * hidden && bias.size(1) == 3 * hidden,
+              "packed_gru: the gates must have 3 * hidden = ", 3 * hidden, " features");
+  TORCH_CHECK(weight.size(0) == directions && bias.size(0) == directions, "packed_gru: one weight and bias a direction");
+  const auto starts = step_starts(sizes, total);
+  const int64_t batch = sizes.empty() ? 0 : sizes[0], H = hidden;
+
+  Tensor states = torch::empty({directions, total, H}, input_gates.options());
+  Tensor saved = torch::empty({directions, total, 4 * H}, input_gates.options());
+  Tensor zeros = torch::zeros({batch, H}, input_gates.options());
+  Tensor hidden_gates = torch::empty({directions, batch, 3 * H}, input_gates.options());
+  Tensor reset_update = torch::empty({directions, batch, 2 * H}, input_gates.options());
+  Tensor candidate = torch::empty({directions, batch, H}, input_gates.options());
+  std::vector<Tensor> state_of, gates_of, weight_of;
+  for (int64_t d = 0; d < directions; ++d) {
+    state_of.push_back(states[d]);
+    gates_of.push_back(hidden_gates[d]);
+    weight_of.push_back(weight[d].t());
+  }
+
+  AT_DISPATCH_FLOATING_TYPES(input_gates.scalar_type(), "packed_gru_forward", [&] {
+    const scalar_t* input_gates_ = input_gates.data_ptr<scalar_t>();
+    const scalar_t* bias_ = bias.data_ptr<scalar_t>();
+    const scalar_t* zeros_ = zeros.data_ptr<scalar_t>();
+    scalar_t* hidden_gates_ = hidden_gates.data_ptr<scalar_t>();
+    scalar_t* reset_update_ = reset_update.data_ptr<scalar_t>();
+    scalar_t* candidate_ = candidate.data_ptr<scalar_t>();
+    scalar_t* states_ = states.data_ptr<scalar_t>();
+    scalar_t* saved_ = saved.data_ptr<scalar_t>();
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const int64_t rows = sizes[t], start = starts[t];
+      for (int64_t d = 0; d < directions; ++d) {  // W_hh h (the bias is added below)
+        Tensor previous = t == 0 ? zeros.narrow(0, 0, rows) : state_of[d].narrow(0, starts[t - 1], rows);
+        Tensor out = gates_of[d].narrow(0, 0, rows);
+        at::mm_out(out, previous, weight_of[d]);
+      }
+      for (int64_t d = 0; d < directions; ++d) {  // r, z before the sigmoid; h_n = W_hn h + b_hn
+        const scalar_t* __restrict__ b = bias_ + d * 3 * H;
+        for (int64_t i = 0; i < rows; ++i) {
+          const scalar_t* __restrict__ ig = input_gates_ + (d * total + start + i) * 3 * H;
+          scalar_t* __restrict__ hg = hidden_gates_ + (d * batch + i) * 3 * H;
+          scalar_t* __restrict__ out = reset_update_ + (d * batch + i) * 2 * H;
+          for (int64_t j = 0; j < 2 * H; ++j) out[j] = ig[j] + (hg[j] + b[j]);
+          for (int64_t j = 2 * H; j < 3 * H; ++j) hg[j] += b[j];
+        }
+      }
+      reset_update.narrow(1, 0, rows).sigmoid_();  // r, z
+      for (int64_t d = 0; d < directions; ++d) {  // n before the tanh
+        for (int64_t i = 0; i < rows; ++i) {
+          const scalar_t* __restrict__ ig = input_gates_ + (d * total + start + i) * 3 * H + 2 * H;
+          const scalar_t* __restrict__ h_n = hidden_gates_ + (d * batch + i) * 3 * H + 2 * H;
+          const scalar_t* __restrict__ r = reset_update_ + (d * batch + i) * 2 * H;
+          scalar_t* __restrict__ out = candidate_ + (d * batch + i) * H;
+          for (int64_t j = 0; j < H; ++j) out[j] = ig[j] + r[j] * h_n[j];
+        }
+      }
+      candidate.narrow(1, 0, rows).tanh_();  // n
+      for (int64_t d = 0; d < directions; ++d) {  // h' = (h - n) z + n, and what the backward needs
+        for (int64_t i = 0; i < rows; ++i) {
+          const scalar_t* __restrict__ h_n = hidden_gates_ + (d * batch + i) * 3 * H + 2 * H;
+          const scalar_t* __restrict__ r = reset_update_ + (d * batch + i) * 2 * H;
+          const scalar_t* __restrict__ z = r + H;
+          const scalar_t* __restrict__ n = candidate_ + (d * batch + i) * H;
+          const scalar_t* __restrict__ h =
+              t == 0 ? zeros_ : states_ + (d * total + starts[t - 1] + i) * H;
+          scalar_t* __restrict__ h_new = states_ + (d * total + start + i) * H;
+          scalar_t* __restrict__ keep = saved_ + (d * total + start + i) * 4 * H;
+          for (int64_t j = 0; j < H; ++j) {
+            h_new[j] = (h[j] - n[j]) * z[j] + n[j];
+            keep[j] = r[j];
+            keep[H + j] = z[j];
+            keep[2 * H + j] = n[j];
+            keep[3 * H + j] = h_n[j];
+          }
+        }
+      }
+    }
+  });
+  return {states, saved};
+}
+
+// Backward.  grad_states (D, total, H): dL/d(states) from outside the loop.  Returns the
+// gradients of input_gates (D, total, 3H), weight (D, 3H, H) and bias (D, 3H).
+std::vector<Tensor> packed_gru_backward(const Tensor& grad_states_in, const Tensor& states, const Tensor& saved,
+                                        const Tensor& weight, const std::vector<int64_t>& sizes) {
+  const Tensor grad_states = grad_states_in.contiguous();
+  check_input(states, "states", 3);
+  check_input(saved, "saved", 3);
+  check_input(weight, "weight", 3);
+  const int64_t directions = states.size(0), total = states.size(1), H = states.size(2);
+  const auto starts = step_starts(sizes, total);
+  const int64_t batch = sizes.empty() ? 0 : sizes[0];
+
+  Tensor grad_input_gates = torch::empty({directions, total, 3 * H}, states.options());
+  Tensor grad_hidden_gates = torch::empty({directions, total, 3 * H}, states.options());
+  Tensor previous = torch::empty({directions, total, H}, states.options());  // h_{t-1} of each packed row
+  // dL/dh_{t-1} = g z + (dL/dh_hat) W_hh, its two terms kept apart until the step before reads them
+  Tensor through_weight = torch::empty({directions, batch, H}, states.options());
+  Tensor through_update = torch::empty({directions, batch, H}, states.options());
+  std::vector<Tensor> carry_of, gates_of, weight_of;
+  for (int64_t d = 0; d < directions; ++d) {
+    carry_of.push_back(through_weight[d]);
+    gates_of.push_back(grad_hidden_gates[d]);
+    weight_of.push_back(weight[d]);
+  }
+
+  AT_DISPATCH_FLOATING_TYPES(states.scalar_type(), "packed_gru_backward", [&] {
+    const scalar_t* grad_states_ = grad_states.data_ptr<scalar_t>();
+    const scalar_t* states_ = states.data_ptr<scalar_t>();
+    const scalar_t* saved_ = saved.data_ptr<scalar_t>();
+    const scalar_t* through_weight_ = through_weight.data_ptr<scalar_t>();
+    scalar_t* through_update_ = through_update.data_ptr<scalar_t>();
+    scalar_t* previous_ = previous.data_ptr<scalar_t>();
+    scalar_t* grad_input_gates_ = grad_input_gates.data_ptr<scalar_t>();
+    scalar_t* grad_hidden_gates_ = grad_hidden_gates.data_ptr<scalar_t>();
+    for (int64_t t = static_cast<int64_t>(sizes.size()) - 1; t >= 0; --t) {
+      const int64_t rows = sizes[t], start = starts[t];
+      const int64_t carried = t + 1 < static_cast<int64_t>(sizes.size()) ? sizes[t + 1] : 0;
+      for (int64_t d = 0; d < directions; ++d) {
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t row = d * total + start + i;
+          const scalar_t* __restrict__ g_out = grad_states_ + row * H;
+          const scalar_t* __restrict__ g_weight = through_weight_ + (d * batch + i) * H;
+          scalar_t* __restrict__ g_update = through_update_ + (d * batch + i) * H;
+          const scalar_t* __restrict__ r = saved_ + row * 4 * H;
+          const scalar_t* __restrict__ z = r + H;
+          const scalar_t* __restrict__ n = r + 2 * H;
+          const scalar_t* __restrict__ h_n = r + 3 * H;
+          scalar_t* __restrict__ h = previous_ + row * H;
+          scalar_t* __restrict__ gi = grad_input_gates_ + row * 3 * H;
+          scalar_t* __restrict__ gh = grad_hidden_gates_ + row * 3 * H;
+          if (t == 0) {
+            for (int64_t j = 0; j < H; ++j) h[j] = 0;
+          } else {
+            const scalar_t* __restrict__ h_before = states_ + (d * total + starts[t - 1] + i) * H;
+            for (int64_t j = 0; j < H; ++j) h[j] = h_before[j];
+          }
+          const bool later = i < carried;  // the row goes on to step t + 1
+          for (int64_t j = 0; j < H; ++j) {
+            const scalar_t g = later ? g_out[j] + (g_weight[j] + g_update[j]) : g_out[j];
+            const scalar_t kept = g * z[j];  // through h' = z h + (1 - z) n
+            const scalar_t g_z = g * (h[j] - n[j]) * (1 - z[j]) * z[j];  // through z = sigmoid(.)
+            const scalar_t g_n = (g - kept) * (1 - n[j] * n[j]);  // through n = tanh(.)
+            const scalar_t g_r = g_n * h_n[j] * (1 - r[j]) * r[j];  // through r = sigmoid(.)
+            g_update[j] = kept;
+            gi[j] = g_r;
+            gi[H + j] = g_z;
+            gi[2 * H + j] = g_n;
+            gh[j] = g_r;
+            gh[H + j] = g_z;
+            gh[2 * H + j] = g_n * r[j];
+          }
+        }
+        Tensor out = carry_of[d].narrow(0, 0, rows);
+        at::mm_out(out, gates_of[d].narrow(0, start, rows), weight_of[d]);
+      }
+    }
+  });
+  // dL/dW_hh = sum over rows of (dL/dh_hat)^T h_{t-1}, dL/db_hh = sum over rows of dL/dh_hat
+  Tensor grad_weight = at::bmm(grad_hidden_gates.transpose(1, 2), previous);
+  Tensor grad_bias = grad_hidden_gates.sum(1);
+  return {grad_input_gates, grad_weight, grad_bias};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "The GRU time loop over packed rows, forward and backward (fairseq_monoattn.modules.gru)";
+  m.def("packed_gru_forward", &packed_gru_forward, "states and saved gates of a packed GRU loop");
+  m.def("packed_gru_backward", &packed_gru_backward, "gradients of a packed GRU loop");
+}
