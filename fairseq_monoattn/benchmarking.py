@@ -402,13 +402,91 @@ def reference_model(kind: str, dictionary):
 def training_batch(dictionary, generator, sentences: int = 32, low: int = 5, high: int = 10):
     """A teacher-forced Copy batch as fairseq's translation task makes it: sources sorted by length,
     left-padded, each ending in </s>; targets the sources, </s> moved to the front as the decoder input."""
-    sources = sorted(random_digits(generator, sentences, low, high), key=len, reverse=True)
-    sample = source_batch(dictionary, sources)
-    targets = [torch.tensor([dictionary.index(t) for t in tokens] + [dictionary.eos()]) for tokens in sources]
+    sources = random_digits(generator, sentences, low, high)
+    return teacher_forced_batch(dictionary, [(source, source) for source in sources])
+
+
+def teacher_forced_batch(dictionary, pairs):
+    """A fairseq sample of (source, target) token lists, sorted by source length (longest first)."""
+    pairs = sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
+    sample = source_batch(dictionary, [source for source, _ in pairs])
+    targets = [torch.tensor([dictionary.index(t) for t in target] + [dictionary.eos()]) for _, target in pairs]
     pad, eos = dictionary.pad(), dictionary.eos()
     sample["net_input"]["prev_output_tokens"] = data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True)
     sample["target"] = data_utils.collate_tokens(targets, pad)
     return sample
+
+
+def inv_recopy_batch(dictionary, generator, sentences: int = 32):
+    """A teacher-forced Inv ReCopy batch: targets of 5-10 digits, each source digit written 1, 3
+    or 5 times (sources of 5-50 digits), otherwise as ``training_batch``."""
+    targets = random_digits(generator, sentences, 5, 10)
+    pairs = []
+    for target in targets:
+        times = torch.tensor([1, 3, 5])[torch.randint(0, 3, (len(target),), generator=generator)].tolist()
+        pairs.append(([digit for digit, n in zip(target, times) for _ in range(n)], target))
+    return teacher_forced_batch(dictionary, pairs)
+
+
+def training_update(model, dictionary, optimizer):
+    """A function making one training update (forward, loss, backward, Adam) of ``model`` on a sample."""
+
+    def update(sample):
+        logits = model(**sample["net_input"])
+        log_probs = model.get_normalized_probs(logits, log_probs=True)
+        loss = F.nll_loss(log_probs.flatten(0, 1), sample["target"].flatten(), ignore_index=dictionary.pad(),
+                          reduction="sum")  # fmt: skip
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return update
+
+
+def encoder_loop_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10) -> dict:
+    """Training updates of ``arch`` with the encoder's GRU loop in C++ against the Python loop, in
+    one process: ``rounds`` rounds of ``updates`` updates with each loop, alternating which goes
+    first, on the same batches ("copy": 5-10 digits; "inv_recopy": sources of 5-50 digits).
+    Returns each loop's median milliseconds an update and the median of the rounds' ratios."""
+    from .modules import gru
+
+    if gru._packed_gru is None:
+        raise SystemExit("--encoder-loop: the C++ GRU loop is not built (see the README's installation)")
+    dictionary = digit_dictionary()
+    model = build_preset(arch, dictionary)
+    model.train()
+    update = training_update(model, dictionary, torch.optim.Adam(model.parameters(), lr=1e-3))
+    generator = torch.Generator().manual_seed(0)
+    make = inv_recopy_batch if task == "inv_recopy" else training_batch
+    batches = [make(dictionary, generator) for _ in range(updates)]
+    for sample in batches[:3]:  # warm-up
+        update(sample)
+    times, ratios, switch = {True: [], False: []}, [], gru.COMPILED_GRU
+    try:
+        for round_ in range(rounds):
+            for compiled in (True, False) if round_ % 2 else (False, True):
+                gru.COMPILED_GRU = compiled
+                start = time.perf_counter()
+                for sample in batches:
+                    update(sample)
+                times[compiled].append(1e3 * (time.perf_counter() - start) / updates)
+            ratios.append(times[True][-1] / times[False][-1])
+    finally:
+        gru.COMPILED_GRU = switch
+    return {"compiled": statistics.median(times[True]), "python": statistics.median(times[False]),
+            "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)}  # fmt: skip
+
+
+def print_encoder_loop(archs) -> None:
+    """The Markdown table of ``encoder_loop_ratio`` for ``archs`` on Copy and Inv ReCopy batches."""
+    print("\ntraining updates with the encoder's GRU loop in C++ against Python (batch 32, one process, alternating)")
+    print("| model | batches | Python loop, ms an update | C++ loop, ms an update | C++ / Python (median) | (range) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for arch in archs:
+        for task in ("copy", "inv_recopy"):
+            row = encoder_loop_ratio(arch, task)
+            print(table_row([arch, task, f"{row['python']:.2f}", f"{row['compiled']:.2f}", f"{row['ratio']:.3f}",
+                             f"{row['low']:.3f}-{row['high']:.3f}"]))  # fmt: skip
 
 
 def update_profile(arch: str, updates: int = 10, sentences: int = 32) -> dict:
@@ -426,16 +504,7 @@ def update_profile(arch: str, updates: int = 10, sentences: int = 32) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(0)
     batches = [training_batch(dictionary, generator, sentences) for _ in range(updates)]
-
-    def update(sample):
-        logits = model(**sample["net_input"])
-        log_probs = model.get_normalized_probs(logits, log_probs=True)
-        loss = F.nll_loss(log_probs.flatten(0, 1), sample["target"].flatten(), ignore_index=dictionary.pad(),
-                          reduction="sum")  # fmt: skip
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
+    update = training_update(model, dictionary, optimizer)
     for sample in batches[:3]:  # warm-up
         update(sample)
     start = time.perf_counter()
@@ -493,6 +562,12 @@ def parse_args(argv=None):
         action="store_true",
         help="also count, in this process, the milliseconds and ATen operator calls of a training update of each "
         "preset and of fairseq's reference model",
+    )
+    parser.add_argument(
+        "--encoder-loop",
+        action="store_true",
+        help="also time, in this process, training updates of each preset with the encoder's GRU loop in C++ "
+        "against the Python loop, on Copy and Inv ReCopy batches",
     )
     parser.add_argument(
         "--update-split",
@@ -634,6 +709,8 @@ def main(argv=None):
         print_breakdown(archs, args.decode_sentences)
     if args.update_profile:
         print_update_profile(archs)
+    if args.encoder_loop:
+        print_encoder_loop(archs)
     if args.update_split:
         print_update_split(archs, ensure_copy_data(args.data), args.updates)
     if args.epoch:

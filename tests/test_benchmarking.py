@@ -1,8 +1,10 @@
 """The speed benchmark's arithmetic, with scripted runs in place of fairseq-train."""
 
 import pytest
+import torch
 
 from fairseq_monoattn import benchmarking
+from fairseq_monoattn.modules import gru
 
 
 def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_before_it(monkeypatch, capsys):
@@ -155,3 +157,34 @@ def test_least_times_interleaves_the_runs_and_keeps_each_entrys_least():
     # round 1: short 0.1 + 0.05 + 0.2 >= 0.3 (three runs), long once; round 2: short 0.3 at once, long once
     assert calls == ["short"] * 3 + ["long"] + ["short"] + ["long"]
     assert best == {"short": (0.05, 1.0), "long": (0.9, 2.0)}
+
+
+@pytest.mark.skipif(gru._packed_gru is None, reason="the C++ GRU loop is not built")
+def test_the_encoder_loop_timing_alternates_the_two_loops_on_the_same_batches(monkeypatch):
+    calls = []
+    real = gru._PackedGRULoop.apply
+    monkeypatch.setattr(gru._PackedGRULoop, "apply", lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(gru, "COMPILED_GRU", True)
+    row = benchmarking.encoder_loop_ratio("gru_onestep", "inv_recopy", rounds=3, updates=2)
+    assert len(calls) == 2 + 3 * 2  # the warm-up (the switch as it was), then 3 rounds of 2 updates in C++
+    assert gru.COMPILED_GRU is True  # put back
+    assert row["low"] <= row["ratio"] <= row["high"] and row["python"] > 0 and row["compiled"] > 0
+
+
+def test_an_inv_recopy_batch_writes_each_target_digit_1_3_or_5_times():
+    def written(source, target):  # source = target with each digit written 1, 3 or 5 times
+        if not target:
+            return not source
+        return any(source[:n] == target[:1] * n and written(source[n:], target[1:]) for n in (1, 3, 5))
+
+    dictionary = benchmarking.digit_dictionary()
+    sample = benchmarking.inv_recopy_batch(dictionary, torch.Generator().manual_seed(0), sentences=16)
+    pad, eos = dictionary.pad(), dictionary.eos()
+    lengths = []
+    for source, target in zip(sample["net_input"]["src_tokens"], sample["target"]):
+        source, target = source[source.ne(pad)].tolist(), target[target.ne(pad)].tolist()
+        assert source[-1] == eos and target[-1] == eos and 5 <= len(target) - 1 <= 10
+        assert written(source[:-1], target[:-1])
+        assert not written(source[:-1] + target[:1], target[:-1])
+        lengths.append(len(source))
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > 11  # some digit written more than once
