@@ -33,6 +33,7 @@ from fairseq.data import Dictionary, data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
+from .data.digits import RULES
 from .data.prepare import prepare
 from .models.presets import PRESETS  # importing this package registered the architectures
 from .modules.step_linear import read_rows, score_rows
@@ -418,14 +419,10 @@ def teacher_forced_batch(dictionary, pairs):
 
 
 def inv_recopy_batch(dictionary, generator, sentences: int = 32):
-    """A teacher-forced Inv ReCopy batch: targets of 5-10 digits, each source digit written 1, 3
-    or 5 times (sources of 5-50 digits), otherwise as ``training_batch``."""
+    """A teacher-forced Inv ReCopy batch: targets of 5-10 digits, sources their ReCopy (each digit
+    written 1, 3 or 5 times by its value; 5-50 digits), otherwise as ``training_batch``."""
     targets = random_digits(generator, sentences, 5, 10)
-    pairs = []
-    for target in targets:
-        times = torch.tensor([1, 3, 5])[torch.randint(0, 3, (len(target),), generator=generator)].tolist()
-        pairs.append(([digit for digit, n in zip(target, times) for _ in range(n)], target))
-    return teacher_forced_batch(dictionary, pairs)
+    return teacher_forced_batch(dictionary, [RULES["inv_recopy"](target) for target in targets])
 
 
 def training_update(model, dictionary, optimizer):

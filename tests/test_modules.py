@@ -279,7 +279,9 @@ def test_the_compiled_gru_loop_is_built_where_a_compiler_is():
 
     if shutil.which("c++") is None and shutil.which("g++") is None:
         pytest.skip("no C++ compiler: the package installs without its compiled GRU loop")
-    assert gru._packed_gru is not None, "the C++ GRU loop was not built: pip install --no-build-isolation -e ."
+    assert gru._packed_gru is not None, (
+        "the C++ GRU loop was not built: pip install --no-build-isolation --use-pep517 -e ."
+    )
     assert gru.compiled_gru_applies(torch.zeros(1), torch.zeros(2)) == gru.COMPILED_GRU
     assert not gru.compiled_gru_applies(torch.zeros(1, dtype=torch.bfloat16))
     assert not gru.compiled_gru_applies(torch.zeros(1), torch.zeros(1, dtype=torch.float64))
