@@ -548,16 +548,35 @@ def environment() -> dict:
     import torch
 
     from .. import __version__
+    from ..modules import gru
 
     # the vector instructions torch's CPU kernels use (e.g. AVX2, AVX512) round sums differently
     return {
         "plugin": __version__,
+        "plugin_commit": plugin_commit(),
         "fairseq": fairseq.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # the C++ loop and the Python loop round the encoder's gradients differently
+        "encoder_loop": "C++" if gru._packed_gru is not None and gru.COMPILED_GRU else "Python",
     }
+
+
+def plugin_commit() -> Optional[str]:
+    """The git commit of the checkout the plugin runs from, with "+changes" when its package
+    folder differs from it; None for an installed copy (no git checkout around it)."""
+    package = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return None
+    changed = subprocess.run(
+        ["git", "-C", str(package), "status", "--porcelain", "--untracked-files=no", "--", "."],
+        capture_output=True,
+        text=True,
+    )
+    return head.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
 
 
 def run_seconds(record: dict) -> float:
