@@ -14,7 +14,7 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(
 
 .PHONY: install demo test lint docs benchmark clean-venv
 
-$(VENV)/.installed: setup.py fairseq_monoattn/csrc/packed_gru.cpp
+$(VENV)/.installed: setup.py $(wildcard fairseq_monoattn/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)" cython numpy setuptools wheel
 	$(PY) -m pip install --quiet --no-build-isolation "$(FAIRSEQ)"

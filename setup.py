@@ -1,17 +1,18 @@
 from setuptools import find_packages, setup
 
 
-def compiled_loops():
-    """The encoder's GRU time loop in C++ (fairseq_monoattn/csrc), built where torch can be
-    imported at build time (``pip install --no-build-isolation``) and a C++ compiler works; else
-    the package installs without it and steps the loop in Python (the same function, slower)."""
+def compiled_kernels():
+    """The C++ kernels (fairseq_monoattn/csrc: the encoder's GRU loop, the decoder step's GRU update
+    and softmax focus), built where torch can be imported at build time (``pip install
+    --no-build-isolation``) and a C++ compiler works; else the package installs without them and
+    runs the Python code (the same function, slower)."""
     try:
         from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:
         return {}
     extension = CppExtension(
-        "fairseq_monoattn._packed_gru",
-        ["fairseq_monoattn/csrc/packed_gru.cpp"],
+        "fairseq_monoattn._kernels",
+        [f"fairseq_monoattn/csrc/{name}.cpp" for name in ("bindings", "packed_gru", "step_nodes")],
         extra_compile_args=["-O3"],
         optional=True,  # a failed build warns and installs the rest
     )
@@ -25,7 +26,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*"]),
-    package_data={"fairseq_monoattn.data": ["files/**/*"], "fairseq_monoattn": ["csrc/*.cpp"]},
+    package_data={"fairseq_monoattn.data": ["files/**/*"], "fairseq_monoattn": ["csrc/*.cpp", "csrc/*.h"]},
     include_package_data=True,
     entry_points={
         "console_scripts": [
@@ -57,5 +58,5 @@ setup(
         "plots": ["matplotlib>=3.5"],
         "slurm": ["submitit>=1.4"],
     },
-    **compiled_loops(),
+    **compiled_kernels(),
 )

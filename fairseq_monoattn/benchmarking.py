@@ -36,6 +36,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from .data.digits import RULES
 from .data.prepare import prepare
 from .models.presets import PRESETS  # importing this package registered the architectures
+from .modules import compiled
 from .modules.step_linear import read_rows, score_rows
 
 PLUGIN_DIR = Path(__file__).resolve().parent  # the fairseq_monoattn package, for --user-dir
@@ -440,15 +441,14 @@ def training_update(model, dictionary, optimizer):
     return update
 
 
-def encoder_loop_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10) -> dict:
-    """Training updates of ``arch`` with the encoder's GRU loop in C++ against the Python loop, in
-    one process: ``rounds`` rounds of ``updates`` updates with each loop, alternating which goes
-    first, on the same batches ("copy": 5-10 digits; "inv_recopy": sources of 5-50 digits).
-    Returns each loop's median milliseconds an update and the median of the rounds' ratios."""
-    from .modules import gru
-
-    if gru._packed_gru is None:
-        raise SystemExit("--encoder-loop: the C++ GRU loop is not built (see the README's installation)")
+def compiled_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10) -> dict:
+    """Training updates of ``arch`` with the C++ kernels (the encoder's GRU loop, the decoder
+    step's GRU update and focus) against the Python code, in one process: ``rounds`` rounds of
+    ``updates`` updates with each, alternating which goes first, on the same batches ("copy": 5-10
+    digits; "inv_recopy": sources of 5-50 digits).  Returns each one's median milliseconds an
+    update and the median of the rounds' ratios."""
+    if compiled.kernels is None:
+        raise SystemExit("--compiled: the C++ kernels are not built (see the README's installation)")
     dictionary = digit_dictionary()
     model = build_preset(arch, dictionary)
     model.train()
@@ -458,30 +458,30 @@ def encoder_loop_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10
     batches = [make(dictionary, generator) for _ in range(updates)]
     for sample in batches[:3]:  # warm-up
         update(sample)
-    times, ratios, switch = {True: [], False: []}, [], gru.COMPILED_GRU
+    times, ratios, switch = {True: [], False: []}, [], compiled.ENABLED
     try:
         for round_ in range(rounds):
-            for compiled in (True, False) if round_ % 2 else (False, True):
-                gru.COMPILED_GRU = compiled
+            for enabled in (True, False) if round_ % 2 else (False, True):
+                compiled.ENABLED = enabled
                 start = time.perf_counter()
                 for sample in batches:
                     update(sample)
-                times[compiled].append(1e3 * (time.perf_counter() - start) / updates)
+                times[enabled].append(1e3 * (time.perf_counter() - start) / updates)
             ratios.append(times[True][-1] / times[False][-1])
     finally:
-        gru.COMPILED_GRU = switch
+        compiled.ENABLED = switch
     return {"compiled": statistics.median(times[True]), "python": statistics.median(times[False]),
             "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)}  # fmt: skip
 
 
-def print_encoder_loop(archs) -> None:
-    """The Markdown table of ``encoder_loop_ratio`` for ``archs`` on Copy and Inv ReCopy batches."""
-    print("\ntraining updates with the encoder's GRU loop in C++ against Python (batch 32, one process, alternating)")
-    print("| model | batches | Python loop, ms an update | C++ loop, ms an update | C++ / Python (median) | (range) |")
+def print_compiled(archs) -> None:
+    """The Markdown table of ``compiled_ratio`` for ``archs`` on Copy and Inv ReCopy batches."""
+    print("\ntraining updates with the C++ kernels against the Python code (batch 32, one process, alternating)")
+    print("| model | batches | Python, ms an update | C++, ms an update | C++ / Python (median) | (range) |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for arch in archs:
         for task in ("copy", "inv_recopy"):
-            row = encoder_loop_ratio(arch, task)
+            row = compiled_ratio(arch, task)
             print(table_row([arch, task, f"{row['python']:.2f}", f"{row['compiled']:.2f}", f"{row['ratio']:.3f}",
                              f"{row['low']:.3f}-{row['high']:.3f}"]))  # fmt: skip
 
@@ -561,10 +561,10 @@ def parse_args(argv=None):
         "preset and of fairseq's reference model",
     )
     parser.add_argument(
-        "--encoder-loop",
+        "--compiled",
         action="store_true",
-        help="also time, in this process, training updates of each preset with the encoder's GRU loop in C++ "
-        "against the Python loop, on Copy and Inv ReCopy batches",
+        help="also time, in this process, training updates of each preset with the C++ kernels against the "
+        "Python code, on Copy and Inv ReCopy batches",
     )
     parser.add_argument(
         "--update-split",
@@ -660,15 +660,6 @@ def summarize(pairs):
     )
 
 
-def encoder_loop() -> str:
-    """Which GRU loop the presets' encoders run in this installation (C++ or Python)."""
-    from .modules import gru
-
-    if gru._packed_gru is None:
-        return "the encoder's GRU loop in Python (the C++ loop is not built)"
-    return "the encoder's GRU loop in C++" if gru.COMPILED_GRU else "the encoder's GRU loop in Python (switched off)"
-
-
 def main(argv=None):
     """Train and decode each preset as the module docstring says, printing a Markdown table."""
     args = parse_args(argv)
@@ -681,7 +672,7 @@ def main(argv=None):
         print(
             f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
             f"each after a run of fairseq's own model of that size (lstm or transformer); "
-            f"torch threads: {torch.get_num_threads()}; {encoder_loop()}",
+            f"torch threads: {torch.get_num_threads()}; {compiled.describe()}",
             flush=True,
         )
     for arch in [] if args.skip_training else archs:
@@ -706,8 +697,8 @@ def main(argv=None):
         print_breakdown(archs, args.decode_sentences)
     if args.update_profile:
         print_update_profile(archs)
-    if args.encoder_loop:
-        print_encoder_loop(archs)
+    if args.compiled:
+        print_compiled(archs)
     if args.update_split:
         print_update_split(archs, ensure_copy_data(args.data), args.updates)
     if args.epoch:

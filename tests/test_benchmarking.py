@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fairseq_monoattn import benchmarking
-from fairseq_monoattn.modules import gru
+from fairseq_monoattn.modules import compiled, gru
 
 
 def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_before_it(monkeypatch, capsys):
@@ -159,15 +159,15 @@ def test_least_times_interleaves_the_runs_and_keeps_each_entrys_least():
     assert best == {"short": (0.05, 1.0), "long": (0.9, 2.0)}
 
 
-@pytest.mark.skipif(gru._packed_gru is None, reason="the C++ GRU loop is not built")
-def test_the_encoder_loop_timing_alternates_the_two_loops_on_the_same_batches(monkeypatch):
+@pytest.mark.skipif(compiled.kernels is None, reason="the C++ kernels are not built")
+def test_the_kernel_timing_alternates_cpp_and_python_on_the_same_batches(monkeypatch):
     calls = []
     real = gru._PackedGRULoop.apply
     monkeypatch.setattr(gru._PackedGRULoop, "apply", lambda *args: calls.append(1) or real(*args))
-    monkeypatch.setattr(gru, "COMPILED_GRU", True)
-    row = benchmarking.encoder_loop_ratio("gru_onestep", "inv_recopy", rounds=3, updates=2)
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    row = benchmarking.compiled_ratio("gru_onestep", "inv_recopy", rounds=3, updates=2)
     assert len(calls) == 2 + 3 * 2  # the warm-up (the switch as it was), then 3 rounds of 2 updates in C++
-    assert gru.COMPILED_GRU is True  # put back
+    assert compiled.ENABLED is True  # put back
     assert row["low"] <= row["ratio"] <= row["high"] and row["python"] > 0 and row["compiled"] > 0
 
 

@@ -27,7 +27,7 @@ from fairseq_monoattn.experiments.runs import (
     training_options,
 )
 from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match, levenshtein
-from fairseq_monoattn.modules import gru
+from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
 
@@ -109,11 +109,10 @@ def test_a_run_trains_scores_and_records(finished):
     assert record["epochs_run"] == 2 and len(record["valid_accuracy"]) == 2
     assert len(record["valid_direction_gate"]) == 2 and all(0 <= g <= 1 for g in record["valid_direction_gate"])
     assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    compiled = gru._packed_gru is not None and gru.COMPILED_GRU
-    assert record["environment"]["encoder_loop"] == ("C++" if compiled else "Python")
-    head = subprocess.run(
-        ["git", "-C", str(Path(gru.__file__).parent), "rev-parse", "HEAD"], capture_output=True, text=True
-    )
+    built = compiled.kernels is not None and compiled.ENABLED
+    assert record["environment"]["kernels"] == ("C++" if built else "Python")
+    package = str(Path(compiled.__file__).parents[1])
+    head = subprocess.run(["git", "-C", package, "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = record["environment"]["plugin_commit"]
     if head.returncode == 0:  # the plugin runs from a checkout: its commit, marked when the package has changes
         assert commit.split("+")[0] == head.stdout.strip() and commit[40:] in ("", "+changes")

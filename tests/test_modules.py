@@ -250,7 +250,19 @@ def test_pr_tracks_the_location_only_focus():
     assert torch.allclose(content.sum(-1), m.squeeze(-1), atol=1e-6)
 
 
-def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
+@pytest.fixture(params=["Python", "C++"])
+def kernels(request, monkeypatch):
+    """Each test with this fixture runs with the Python code and with the C++ kernels (skipped where
+    they are not built)."""
+    from fairseq_monoattn.modules import compiled
+
+    if request.param == "C++" and compiled.kernels is None:
+        pytest.skip("the C++ kernels are not built")
+    monkeypatch.setattr(compiled, "ENABLED", request.param == "C++")
+    return request.param
+
+
+def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right(kernels):
     from fairseq_monoattn.modules.gru import gru_update
 
     torch.manual_seed(0)
@@ -265,29 +277,29 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right():
 
 def gru_loops():
     """The encoder's GRU loops to test: Python's always, the C++ one where it is built."""
-    from fairseq_monoattn.modules import gru
+    from fairseq_monoattn.modules import compiled
 
-    return [False] + ([True] if gru._packed_gru is not None else [])
+    return [False] + ([True] if compiled.kernels is not None else [])
 
 
-def test_the_compiled_gru_loop_is_built_where_a_compiler_is():
-    """``make install`` builds fairseq_monoattn/csrc/packed_gru.cpp; without it every encoder
-    steps in Python, so a build that silently failed would pass every other test."""
+def test_the_cpp_kernels_are_built_where_a_compiler_is():
+    """``make install`` builds fairseq_monoattn/csrc; without it every model runs the Python code,
+    so a build that silently failed would pass every other test."""
     import shutil
 
-    from fairseq_monoattn.modules import gru
+    from fairseq_monoattn.modules import compiled
 
     if shutil.which("c++") is None and shutil.which("g++") is None:
-        pytest.skip("no C++ compiler: the package installs without its compiled GRU loop")
-    assert gru._packed_gru is not None, (
-        "the C++ GRU loop was not built: pip install --no-build-isolation --use-pep517 -e ."
+        pytest.skip("no C++ compiler: the package installs without its C++ kernels")
+    assert compiled.kernels is not None, (
+        "the C++ kernels were not built: pip install --no-build-isolation --use-pep517 -e ."
     )
-    assert gru.compiled_gru_applies(torch.zeros(1), torch.zeros(2)) == gru.COMPILED_GRU
-    assert not gru.compiled_gru_applies(torch.zeros(1, dtype=torch.bfloat16))
-    assert not gru.compiled_gru_applies(torch.zeros(1), torch.zeros(1, dtype=torch.float64))
-    assert not gru.compiled_gru_applies(torch.zeros(1, device="meta"))
+    assert compiled.applies(torch.zeros(1), torch.zeros(2)) == compiled.ENABLED
+    assert not compiled.applies(torch.zeros(1, dtype=torch.bfloat16))
+    assert not compiled.applies(torch.zeros(1), torch.zeros(1, dtype=torch.float64))
+    assert not compiled.applies(torch.zeros(1, device="meta"))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not gru.compiled_gru_applies(torch.zeros(1))
+        assert not compiled.applies(torch.zeros(1))
 
 
 @pytest.mark.parametrize("compiled", gru_loops())
@@ -306,7 +318,7 @@ def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width, compi
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     packed_out, want_final = rnn(packed)
     want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=width)
-    got, got_final = bidirectional_gru(rnn, x, lengths, compiled=compiled)
+    got, got_final = bidirectional_gru(rnn, x, lengths, compiled_loop=compiled)
     assert got.shape == (5, width, 8)
     assert torch.allclose(got, want, atol=1e-14) and torch.allclose(got_final, want_final, atol=1e-14)
     assert got[1, 2:].abs().sum() == 0  # zero past the row's length, as pad_packed_sequence pads
@@ -333,7 +345,7 @@ def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dt
     params = [x] + list(rnn.parameters())
     runs = []
     for compiled in (False, True):
-        out, final = bidirectional_gru(rnn, x, lengths, compiled=compiled)
+        out, final = bidirectional_gru(rnn, x, lengths, compiled_loop=compiled)
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
         loss = (out * weights).sum() + final.pow(2).sum()
         runs.append((out, final, torch.autograd.grad(loss, params)))
@@ -346,19 +358,19 @@ def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dt
 
 @pytest.mark.skipif(not gru_loops()[1:], reason="the C++ GRU loop is not built")
 def test_the_compiled_gru_loop_refuses_what_it_cannot_step():
-    from fairseq_monoattn.modules.gru import _packed_gru
+    from fairseq_monoattn.modules.compiled import kernels
 
     gates, weight, bias = torch.zeros(2, 5, 12), torch.zeros(2, 12, 4), torch.zeros(2, 12)
-    states, saved = _packed_gru.packed_gru_forward(gates, weight, bias, [3, 2])
+    states, saved = kernels.packed_gru_forward(gates, weight, bias, [3, 2])
     assert states.shape == (2, 5, 4) and saved.shape == (2, 5, 16)
     with pytest.raises(RuntimeError, match="sizes sum to 4, the packed rows are 5"):
-        _packed_gru.packed_gru_forward(gates, weight, bias, [3, 1])
+        kernels.packed_gru_forward(gates, weight, bias, [3, 1])
     with pytest.raises(RuntimeError, match="non-increasing"):
-        _packed_gru.packed_gru_forward(gates, weight, bias, [2, 3])
+        kernels.packed_gru_forward(gates, weight, bias, [2, 3])
     with pytest.raises(RuntimeError, match="3 \\* hidden"):
-        _packed_gru.packed_gru_forward(gates, torch.zeros(2, 12, 5), bias, [3, 2])
+        kernels.packed_gru_forward(gates, torch.zeros(2, 12, 5), bias, [3, 2])
     with pytest.raises(RuntimeError, match="contiguous"):
-        _packed_gru.packed_gru_forward(gates.transpose(0, 1), weight, bias, [3, 2])
+        kernels.packed_gru_forward(gates.transpose(0, 1), weight, bias, [3, 2])
 
 
 def test_a_step_linear_gives_the_gradients_of_the_plain_products():
@@ -483,7 +495,7 @@ def test_byte_dropout_drops_where_a_random_byte_is_below_256p():
     assert half.dtype == torch.bfloat16 and set(half.tolist()) <= {0.0, 2.0}
 
 
-def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient():
+def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient(kernels):
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus
     from fairseq_monoattn.registry import FocusNormalization
 
@@ -555,3 +567,65 @@ def test_with_a_dwell_count_one_linear_step_logit_writes_recopy_at_any_length():
 
     assert len(target) > 250 and read_with(gain) == target
     assert set(read_with(0.0)) == {digits[0]}  # without the count the same logits never leave the first digit
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_cpp_step_nodes_are_the_python_ones(dtype, monkeypatch):
+    """The decoder step's GRU update and softmax focus as C++ nodes against the Python nodes on a
+    batch of the presets' size: the same outputs bit for bit (torch's own sigmoid, tanh and softmax
+    kernels), the same gradients to float rounding, the hidden gates read from a view of wider rows
+    as the decoder passes them."""
+    from fairseq_monoattn.modules import compiled
+    from fairseq_monoattn.modules.gru import gru_update
+    from fairseq_monoattn.modules.normalizations import SoftmaxFocus
+
+    generator = torch.Generator().manual_seed(5)
+    readout = torch.randn(32, 7 + 384, generator=generator, dtype=dtype, requires_grad=True)
+    input_gates = torch.randn(32, 384, generator=generator, dtype=dtype, requires_grad=True)
+    hidden = torch.randn(32, 128, generator=generator, dtype=dtype, requires_grad=True)
+    lengths = torch.randint(1, 46, (32,), generator=generator)
+    positions = normalized_positions(lengths, 45, dtype)
+    mask = padding_mask(lengths, 45)
+    mu = torch.rand(32, generator=generator, dtype=dtype).mul(1.4).sub(0.2).requires_grad_()
+    sigma = torch.rand(32, generator=generator, dtype=dtype).add(0.02).requires_grad_()
+    upstream = torch.randn(32, 128, generator=generator, dtype=dtype)
+    focus_upstream = torch.randn(32, 45, generator=generator, dtype=dtype)
+    runs = {}
+    for enabled in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", enabled)
+        new_hidden = gru_update(input_gates, readout[:, 7:], hidden)
+        weights = SoftmaxFocus().focus(positions, mu, sigma, mask)
+        loss = (new_hidden * upstream).sum() + (weights * focus_upstream).sum()
+        runs[enabled] = (new_hidden, weights, torch.autograd.grad(loss, (readout, input_gates, hidden, mu, sigma)))
+    (want_hidden, want_weights, want_grads), (got_hidden, got_weights, got_grads) = runs[False], runs[True]
+    assert torch.equal(got_hidden, want_hidden) and torch.equal(got_weights, want_weights)
+    assert got_weights[mask].abs().sum() == 0
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-13
+    for got, want in zip(got_grads, want_grads):
+        assert (got - want).abs().max() <= tolerance * max(1.0, want.abs().max().item())
+    assert got_grads[0][:, :7].abs().sum() == 0  # nothing flows into the columns the update does not read
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
+def test_the_cpp_step_nodes_refuse_what_they_cannot_compute():
+    from fairseq_monoattn.modules.compiled import kernels
+
+    gates, hidden = torch.zeros(3, 12), torch.zeros(3, 4)
+    with pytest.raises(RuntimeError, match="gates must be \\[3, 12\\] for a hidden state of \\[3, 4\\]"):
+        kernels.gru_step(gates, torch.zeros(3, 9), hidden)
+    with pytest.raises(RuntimeError, match="dtype of the others"):
+        kernels.gru_step(gates.double(), gates, hidden)
+    positions, mask = torch.zeros(2, 5), torch.zeros(2, 5, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="mu and sigma must be \\(2,\\)"):
+        kernels.softmax_gaussian(positions, torch.zeros(3), torch.ones(2), mask)
+    with pytest.raises(RuntimeError, match="padding_mask must be a bool tensor"):
+        kernels.softmax_gaussian(positions, torch.zeros(2), torch.ones(2), mask.float())
+    # their backward passes are plain loops: a second derivative is refused, not silently wrong
+    x = torch.randn(3, 12, dtype=torch.float64, requires_grad=True)
+    out = kernels.gru_step(x, x, torch.randn(3, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="double backward.*FAIRSEQ_MONOATTN_COMPILED=0"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+    assert (
+        torch.autograd.grad(kernels.gru_step(x, x, torch.zeros(3, 4, dtype=torch.float64)).sum(), x)[0].shape == x.shape
+    )

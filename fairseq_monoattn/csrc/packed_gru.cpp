@@ -12,13 +12,13 @@
 //   r = sigmoid(i_r + h_r),  z = sigmoid(i_z + h_z),  n = tanh(i_n + r * h_n),
 //   h' = (h - n) * z + n,    with h_* = (W_hh h + b_hh)_*.
 
-#include <torch/extension.h>
+#include "kernels.h"
 
-#include <vector>
+namespace fairseq_monoattn {
+
+using at::Tensor;
 
 namespace {
-
-using torch::Tensor;
 
 void check_input(const Tensor& t, const char* name, int64_t dims) {
   TORCH_CHECK(t.device().is_cpu(), "packed_gru: ", name, " must be on the CPU");
@@ -39,6 +39,8 @@ std::vector<int64_t> step_starts(const std::vector<int64_t>& sizes, int64_t tota
   return starts;
 }
 
+}  // namespace
+
 // Forward.  input_gates (D, total, 3H), weight (D, 3H, H) = W_hh, bias (D, 3H) = b_hh.
 // Returns the states (D, total, H) and what the backward pass needs: the gates r, z, n and
 // h_n (D, total, 4H).
@@ -54,12 +56,12 @@ std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& 
   const auto starts = step_starts(sizes, total);
   const int64_t batch = sizes.empty() ? 0 : sizes[0], H = hidden;
 
-  Tensor states = torch::empty({directions, total, H}, input_gates.options());
-  Tensor saved = torch::empty({directions, total, 4 * H}, input_gates.options());
-  Tensor zeros = torch::zeros({batch, H}, input_gates.options());
-  Tensor hidden_gates = torch::empty({directions, batch, 3 * H}, input_gates.options());
-  Tensor reset_update = torch::empty({directions, batch, 2 * H}, input_gates.options());
-  Tensor candidate = torch::empty({directions, batch, H}, input_gates.options());
+  Tensor states = at::empty({directions, total, H}, input_gates.options());
+  Tensor saved = at::empty({directions, total, 4 * H}, input_gates.options());
+  Tensor zeros = at::zeros({batch, H}, input_gates.options());
+  Tensor hidden_gates = at::empty({directions, batch, 3 * H}, input_gates.options());
+  Tensor reset_update = at::empty({directions, batch, 2 * H}, input_gates.options());
+  Tensor candidate = at::empty({directions, batch, H}, input_gates.options());
   std::vector<Tensor> state_of, gates_of, weight_of;
   for (int64_t d = 0; d < directions; ++d) {
     state_of.push_back(states[d]);
@@ -140,12 +142,12 @@ std::vector<Tensor> packed_gru_backward(const Tensor& grad_states_in, const Tens
   const auto starts = step_starts(sizes, total);
   const int64_t batch = sizes.empty() ? 0 : sizes[0];
 
-  Tensor grad_input_gates = torch::empty({directions, total, 3 * H}, states.options());
-  Tensor grad_hidden_gates = torch::empty({directions, total, 3 * H}, states.options());
-  Tensor previous = torch::empty({directions, total, H}, states.options());  // h_{t-1} of each packed row
+  Tensor grad_input_gates = at::empty({directions, total, 3 * H}, states.options());
+  Tensor grad_hidden_gates = at::empty({directions, total, 3 * H}, states.options());
+  Tensor previous = at::empty({directions, total, H}, states.options());  // h_{t-1} of each packed row
   // dL/dh_{t-1} = g z + (dL/dh_hat) W_hh, its two terms kept apart until the step before reads them
-  Tensor through_weight = torch::empty({directions, batch, H}, states.options());
-  Tensor through_update = torch::empty({directions, batch, H}, states.options());
+  Tensor through_weight = at::empty({directions, batch, H}, states.options());
+  Tensor through_update = at::empty({directions, batch, H}, states.options());
   std::vector<Tensor> carry_of, gates_of, weight_of;
   for (int64_t d = 0; d < directions; ++d) {
     carry_of.push_back(through_weight[d]);
@@ -211,10 +213,4 @@ std::vector<Tensor> packed_gru_backward(const Tensor& grad_states_in, const Tens
   return {grad_input_gates, grad_weight, grad_bias};
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "The GRU time loop over packed rows, forward and backward (fairseq_monoattn.modules.gru)";
-  m.def("packed_gru_forward", &packed_gru_forward, "states and saved gates of a packed GRU loop");
-  m.def("packed_gru_backward", &packed_gru_backward, "gradients of a packed GRU loop");
-}
+}  // namespace fairseq_monoattn

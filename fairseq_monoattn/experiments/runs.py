@@ -548,7 +548,7 @@ def environment() -> dict:
     import torch
 
     from .. import __version__
-    from ..modules import gru
+    from ..modules import compiled
 
     # the vector instructions torch's CPU kernels use (e.g. AVX2, AVX512) round sums differently
     return {
@@ -559,8 +559,8 @@ def environment() -> dict:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        # the C++ loop and the Python loop round the encoder's gradients differently
-        "encoder_loop": "C++" if gru._packed_gru is not None and gru.COMPILED_GRU else "Python",
+        # the C++ kernels and the Python code they stand in for round the gradients differently
+        "kernels": compiled.in_use(),
     }
 
 

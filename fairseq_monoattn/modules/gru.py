@@ -4,25 +4,16 @@ The decoder computes the gates' pre-activations itself (the embedding's share fo
 once, the hidden state's together with the attention's readout), so it needs the cell's update
 alone.  As one autograd node with a hand-written backward, a step records one node instead of
 about ten, which is most of what a decoder step costs on a CPU.  The encoder's bidirectional GRU
-(``bidirectional_gru``) steps through its sources the same way, or, where the package was built
-with its C++ loop (``csrc/packed_gru.cpp``), runs every step forward in one call and back in
-another.
+(``bidirectional_gru``) steps through its sources the same way.  Where the C++ kernels are built
+(``compiled.py``), the update is a C++ node and the encoder's whole loop runs in one C++ call
+forward and one back.
 """
-
-import os
 
 import torch
 import torch.nn.functional as F
 
+from . import compiled
 from .positions import padding_mask, reversal_index
-
-try:  # the time loop in C++ (csrc/packed_gru.cpp), built by setup.py where torch and a compiler are
-    from .. import _packed_gru
-except ImportError:
-    _packed_gru = None
-
-# FAIRSEQ_MONOATTN_COMPILED_GRU=0 steps the encoder in Python even where the C++ loop is built
-COMPILED_GRU = os.environ.get("FAIRSEQ_MONOATTN_COMPILED_GRU", "1") != "0"
 
 
 class _GRUUpdate(torch.autograd.Function):
@@ -54,6 +45,8 @@ class _GRUUpdate(torch.autograd.Function):
 
 def gru_update(input_gates: torch.Tensor, hidden_gates: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """One GRU step from its gates' pre-activations W_i x + b_i (B, 3H) and W_h h + b_h (B, 3H)."""
+    if compiled.applies(input_gates, hidden_gates, hidden):
+        return compiled.kernels.gru_step(input_gates, hidden_gates, hidden)
     return _GRUUpdate.apply(input_gates, hidden_gates, hidden)
 
 
@@ -63,7 +56,7 @@ class _PackedGRULoop(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input_gates, weight, bias, sizes):
-        states, saved = _packed_gru.packed_gru_forward(input_gates, weight, bias, sizes)
+        states, saved = compiled.kernels.packed_gru_forward(input_gates, weight, bias, sizes)
         ctx.sizes = sizes
         ctx.save_for_backward(states, saved, weight)
         return states
@@ -72,27 +65,10 @@ class _PackedGRULoop(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         states, saved, weight = ctx.saved_tensors
-        grad_input_gates, grad_weight, grad_bias = _packed_gru.packed_gru_backward(
+        grad_input_gates, grad_weight, grad_bias = compiled.kernels.packed_gru_backward(
             grad, states, saved, weight, ctx.sizes
         )
         return grad_input_gates, grad_weight, grad_bias, None
-
-
-def compiled_gru_applies(*tensors: torch.Tensor) -> bool:
-    """Whether ``bidirectional_gru`` runs its time loop in C++: built, not switched off, and the
-    loop's tensors float32 or float64 (one of them) on the CPU, outside autocast; other devices
-    and precisions step in Python."""
-    if _packed_gru is None or not COMPILED_GRU or _autocast_on_cpu():
-        return False
-    kinds = {(t.device.type, t.dtype) for t in tensors}
-    return len(kinds) == 1 and kinds <= {("cpu", torch.float32), ("cpu", torch.float64)}
-
-
-def _autocast_on_cpu() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
 
 
 def _both_directions(rnn: torch.nn.GRU, name: str, layer: int):
@@ -135,7 +111,7 @@ class _Packing:
         self.finals = starts[lengths - 1] + rank  # each row's last step
 
 
-def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, compiled=None):
+def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, compiled_loop=None):
     """What ``rnn(pack_padded_sequence(x, lengths))`` computes, for a batch-first bidirectional
     ``nn.GRU`` and right-padded x (B, T, D): outputs (B, T, 2H), zero past each row's length, and
     the final states (layers * 2, B, H), with rnn's own parameters.
@@ -148,8 +124,8 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor,
     records about ten autograd nodes per step and direction.  The lengths are read on the host
     (one synchronisation per call on an accelerator, as ``pack_padded_sequence`` needs).
 
-    Where :func:`compiled_gru_applies` (or ``compiled`` says so), the loop is one C++ call
-    forward and one backward instead of a node per step."""
+    Where the C++ kernels apply (``compiled.applies``; ``compiled_loop`` True or False decides
+    instead), the loop is one C++ call forward and one backward instead of a node per step."""
     batch, width, _ = x.shape
     packing = _Packing(lengths.to(x.device), width)
     finals = []
@@ -166,7 +142,7 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor,
         hidden_weight = torch.stack(_both_directions(rnn, "weight_hh", layer))  # (2, 3H, H)
         hidden_bias = torch.stack(_both_directions(rnn, "bias_hh", layer))  # (2, 3H)
         padding_state = x.new_zeros(2, 1, rnn.hidden_size)  # what padding positions read
-        if compiled_gru_applies(input_gates, hidden_weight, hidden_bias) if compiled is None else compiled:
+        if compiled.applies(input_gates, hidden_weight, hidden_bias) if compiled_loop is None else compiled_loop:
             states = _PackedGRULoop.apply(input_gates, hidden_weight, hidden_bias, packing.sizes)
             states = torch.cat([states, padding_state], dim=1)  # (2, total + 1, H)
         else:

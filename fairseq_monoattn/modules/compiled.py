@@ -1,0 +1,55 @@
+"""The plugin's C++ kernels (``fairseq_monoattn/csrc``) and when they run.
+
+``setup.py`` builds them as ``fairseq_monoattn._kernels`` where torch can be imported at build time
+and a C++ compiler works (``pip install --no-build-isolation --use-pep517 -e .``, ``make install``);
+elsewhere the package installs without them. Each computes the same function as the Python code it
+stands in for, with fewer operator calls and no Python in its backward pass:
+
+    packed_gru_forward / packed_gru_backward   the encoder's bidirectional GRU loop (gru.py)
+    gru_step                                   the decoder's GRU update, one node (gru.py)
+    softmax_gaussian                           the softmax focus, one node (normalizations.py)
+
+They run on CPU tensors of float32 or float64 outside autocast; other devices and precisions run
+the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Forward outputs are the
+Python code's bit for bit; gradients agree to float rounding (tests/test_modules.py).
+"""
+
+import os
+
+import torch
+
+try:
+    from .. import _kernels as kernels
+except ImportError:  # installed without a compiler, or with build isolation (no torch to build against)
+    kernels = None
+
+ENABLED = os.environ.get("FAIRSEQ_MONOATTN_COMPILED", "1") != "0"
+_KINDS = {("cpu", torch.float32), ("cpu", torch.float64)}
+
+
+def applies(*tensors: torch.Tensor) -> bool:
+    """Whether the C++ kernels run on ``tensors``: built, not switched off, every tensor float32
+    or float64 (one of them) on the CPU, outside autocast."""
+    if kernels is None or not ENABLED or _autocast_on_cpu():
+        return False
+    kinds = {(t.device.type, t.dtype) for t in tensors}
+    return len(kinds) == 1 and kinds <= _KINDS
+
+
+def in_use() -> str:
+    """Which code the models run in this installation: "C++" or "Python"."""
+    return "C++" if kernels is not None and ENABLED else "Python"
+
+
+def describe() -> str:
+    """``in_use`` with the reason when it is Python."""
+    if kernels is None:
+        return "the C++ kernels are not built: Python code"
+    return "the C++ kernels" if ENABLED else "the C++ kernels switched off (FAIRSEQ_MONOATTN_COMPILED=0): Python code"
+
+
+def _autocast_on_cpu() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
