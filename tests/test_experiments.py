@@ -1047,6 +1047,45 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     assert "seed1.json" in capsys.readouterr().err
 
 
+def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
+    """aggregate --against: the runs both folders have (task, model, variant, seed), a row for each
+    run whose verdict changed at a paper length, the count of kept runs and run-lengths, each set's
+    runs with the paper's verdict, and each set's CPU-hours; runs in only one folder are left out."""
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+
+    def write(folder, rows):
+        for row in rows:
+            path = folder / row["task"] / row["arch"] / row["variant"] / f"seed{row['seed']}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(row))
+
+    def run(arch, seed, accuracies, seconds=60.0, variant="default"):
+        row = record("copy", arch, seed, dict(zip(("test15", "test30", "test100"), accuracies)), variant=variant)
+        row["training_seconds"], row["scoring_seconds"] = seconds, 0.0
+        return row
+
+    earlier, again = tmp_path / "earlier", tmp_path / "again"
+    # the paper: Copy OneStep 100 / 100 / 100 (solved), Mix OneStep 2.6 / 0 / 0 (failed)
+    write(earlier, [run("gru_onestep", 1, (100, 100, 100), 3600), run("gru_onestep", 2, (100, 100, 100), 3600),
+                    run("gru_mix_onestep", 1, (0, 0, 0), 1800), run("gru_content", 1, (0, 0, 0))])  # fmt: skip
+    write(again, [run("gru_onestep", 1, (100, 100, 97), 1800), run("gru_onestep", 2, (100, 60, 0), 1800),
+                  run("gru_mix_onestep", 1, (0, 0, 0), 900), run("gru_relative", 1, (0, 0, 0)),
+                  run("gru_onestep", 1, (0, 0, 0), variant="other")])  # fmt: skip
+    assert aggregate_main(["--results", str(again), "--against", str(earlier)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[2:] == [
+        "| Copy | gru_onestep | 2 | 100 / 100 / 100 | 100 / 60 / 0 | yes | no |",
+        "",
+        "3 runs in both sets: 2 kept their verdict at every length the paper reports (7 of 9 run-lengths); 1 "
+        "changed (above). The paper's verdict at every length: 3 of the earlier runs, 2 of the runs again. Training "
+        "and scoring: 2.50 CPU-hours earlier, 1.25 again (0.50 of the earlier).",
+    ]
+    with pytest.raises(SystemExit):
+        aggregate_main(["--results", str(again), "--against", str(tmp_path / "missing")])
+    error = capsys.readouterr().err
+    assert "--against" in error and "missing: no such folder" in error
+
+
 def test_fishers_exact_test_gives_the_textbook_values():
     """Two-sided p: the lady tasting tea (3 of 3 against 0 of 3: 2 / 20), 5 of 5 against 0 of 5
     (2 / 252), Fisher's own [[1, 9], [11, 3]] (0.002759), and 1 for tables as likely as any."""

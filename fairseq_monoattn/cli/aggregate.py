@@ -53,6 +53,15 @@ def build_parser() -> Parser:
         "plugin side by side",
     )
     parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="instead of the paper's tables: the runs of --results that the results folder DIR has too (the same "
+        "task, model, variant and seed), run by run: whose verdicts changed, how many of each set have the "
+        "paper's verdict, and the CPU-hours of each",
+    )
+    parser.add_argument(
         "--include-outdated",
         action="store_true",
         help="table records whose model is no longer the one their command builds (a preset or "
@@ -87,6 +96,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"error: --release: {error}", file=sys.stderr)
             return 1
         return 1 if problems else 0
+    if args.against:
+        from ..experiments.aggregate import rerun_table
+
+        if not args.against.is_dir():
+            parser.error(f"--against {args.against}: no such folder")
+        earlier, earlier_problems = read_records(args.against)
+        for problem in earlier_problems:
+            print(f"unreadable record: {problem}", file=sys.stderr)
+        print(rerun_table(records, earlier, args.variant))
+        return 1 if problems or earlier_problems else 0
     if args.compare_variants:
         from ..experiments.aggregate import variants_table
 

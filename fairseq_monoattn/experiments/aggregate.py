@@ -492,6 +492,58 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
     return "\n".join(lines)
 
 
+def rerun_table(records: Sequence[dict], earlier: Sequence[dict], variant: str = DEFAULT_VARIANT) -> str:
+    """Markdown: the runs of ``records`` that ``earlier`` has too (the same task, model, variant and
+    seed; probing tasks only), compared run by run at the paper's lengths: a row for each run whose
+    verdict changed at some length, then how many kept every verdict, how many of each set have the
+    paper's verdict at every length, and the CPU-hours (training and scoring) of each set's runs."""
+
+    def probing_runs(rows):
+        return {(r["task"], r["arch"], r["seed"]): r for r in rows
+                if r["variant"] == variant and r["task"] in TASKS and not is_mean_std(r["task"])}  # fmt: skip
+
+    again, before = probing_runs(records), probing_runs(earlier)
+    lines = [
+        "| task | model | seed | earlier: at the paper's lengths | again | earlier has the paper's verdict "
+        "| again has it |",
+        "| --- | --- | ---: | --- | --- | --- | --- |",
+    ]
+    kept = lengths = lengths_kept = agree_before = agree_again = 0
+    seconds_before = seconds_again = 0.0
+    rows = []
+    keys = sorted(set(again) & set(before), key=lambda key: (table_order(key[0]), key[1], key[2]))
+    for task, arch, seed in keys:
+        runs = (before[(task, arch, seed)], again[(task, arch, seed)])
+        splits = [s for s in TASKS[task].paper_splits if all(s in run["splits"] for run in runs)]
+        values = [[run["splits"][s]["accuracy"] for s in splits] for run in runs]
+        verdicts = [[verdict(v) for v in run_values] for run_values in values]
+        paper = [paper_value(task, arch, s) for s in splits]
+        has_paper = [all(p is None or isinstance(p, tuple) or verdict(v) == verdict(p) for v, p in zip(vs, paper))
+                     for vs in values]  # fmt: skip
+        agree_before += has_paper[0]
+        agree_again += has_paper[1]
+        lengths += len(splits)
+        lengths_kept += sum(a == b for a, b in zip(*verdicts))
+        seconds_before += run_seconds(runs[0])
+        seconds_again += run_seconds(runs[1])
+        if verdicts[0] == verdicts[1]:
+            kept += 1
+            continue
+        shown = [" / ".join(fmt(v) for v in run_values) for run_values in values]
+        yes = ["yes" if agrees else "no" for agrees in has_paper]
+        rows.append(f"| {title(task)} | {arch} | {seed} | {shown[0]} | {shown[1]} | {yes[0]} | {yes[1]} |")
+    if not keys:
+        return "No run is in both sets of records (the same task, model, variant and seed)."
+    ratio = f" ({seconds_again / seconds_before:.2f} of the earlier)" if seconds_before else ""
+    summary = (
+        f"{len(keys)} runs in both sets: {kept} kept their verdict at every length the paper reports "
+        f"({lengths_kept} of {lengths} run-lengths); {len(keys) - kept} changed (above). The paper's verdict at "
+        f"every length: {agree_before} of the earlier runs, {agree_again} of the runs again. Training and scoring: "
+        f"{seconds_before / 3600:.2f} CPU-hours earlier, {seconds_again / 3600:.2f} again{ratio}."
+    )
+    return "\n".join(lines + rows + ["", summary])
+
+
 def update_file(path: Path, generated: str) -> None:
     """Replace the text between BEGIN and END in ``path`` (append both if absent); the rest of the
     file, the hand-written analysis, is kept as it is."""
