@@ -373,7 +373,7 @@ def test_the_compiled_gru_loop_refuses_what_it_cannot_step():
         kernels.packed_gru_forward(gates.transpose(0, 1), weight, bias, [3, 2])
 
 
-def test_a_step_linear_gives_the_gradients_of_the_plain_products():
+def test_a_step_linear_gives_the_gradients_of_the_plain_products(kernels):
     from fairseq_monoattn.modules.step_linear import StepLinear
 
     torch.manual_seed(2)
@@ -386,7 +386,11 @@ def test_a_step_linear_gives_the_gradients_of_the_plain_products():
         linear = StepLinear(weight, bias) if stepped else None
         h, outputs = start, []
         for offset in offsets.unbind(0):  # h_t = tanh(o_t + h_{t-1} W^T + b)
-            h = torch.tanh(linear(h, offset) if stepped else offset + h @ weight.t() + bias)
+            product = linear(h, offset) if stepped else offset + h @ weight.t() + bias
+            if stepped:  # the step's node: C++ where the kernels run
+                assert "StepProductBackward" in product.grad_fn.name()
+                assert (type(product.grad_fn).__name__ == "CppFunction") == (kernels == "C++")
+            h = torch.tanh(product)
             outputs.append(h)
         return (torch.stack(outputs) * torch.arange(1.0, 7.0, dtype=torch.float64).view(6, 1, 1)).sum()
 
@@ -397,7 +401,7 @@ def test_a_step_linear_gives_the_gradients_of_the_plain_products():
     assert recurrence(True).item() == pytest.approx(recurrence(False).item(), rel=1e-14)
 
 
-def test_step_operands_give_the_gradients_of_the_plain_products():
+def test_step_operands_give_the_gradients_of_the_plain_products(kernels):
     """Values read and keys scored at every step of a recurrence: the same outputs and gradients
     as torch.bmm at each step, also where the tensors are used outside the steps too."""
     from fairseq_monoattn.modules.step_linear import read_rows, score_rows, with_step_operands
@@ -420,6 +424,10 @@ def test_step_operands_give_the_gradients_of_the_plain_products():
             context = (
                 read_rows(memory, "values", weights) if deferred else torch.bmm(weights.unsqueeze(1), values).squeeze(1)
             )
+            if deferred:  # the steps' nodes: C++ where the kernels run
+                assert "StepScoreBackward" in scores.grad_fn.name() and "StepReadBackward" in context.grad_fn.name()
+                kinds = {type(scores.grad_fn).__name__, type(context.grad_fn).__name__}
+                assert (kinds == {"CppFunction"}) == (kernels == "C++")
             h = torch.tanh(context @ mix)
             total = total + (h * (t + 1)).sum()
         return total

@@ -1,13 +1,18 @@
-// Two pieces of every decoder step, each as one autograd node written in C++: the GRU update and
-// the softmax focus of the location attention.  Python's autograd.Function does the same with
-// about 25 microseconds more a call, forward and backward, which is much of what these nodes cost
-// on a batch of 32 rows (fairseq_monoattn/modules/gru.py and normalizations.py hold the Python
-// versions and say which runs when).  Forward uses torch's own sigmoid, tanh and softmax kernels,
-// so its outputs are the Python versions' bit for bit; the backward passes are plain loops.
+// The pieces of a decoder step that the plugin writes as autograd nodes of its own, in C++: the GRU
+// update, the softmax focus of the location attention, and the per-step products whose fixed
+// operand takes its gradient once after the last step (modules/step_linear.py).  Python's
+// autograd.Function does the same with about 25 microseconds more a call, forward and backward,
+// which is much of what these nodes cost on a batch of 32 rows (modules/gru.py, normalizations.py
+// and step_linear.py hold the Python versions and say which runs when).  Forward makes the Python
+// versions' operations with torch's own kernels, so its outputs are theirs bit for bit; the
+// backward passes of the GRU update and the focus are plain loops.
 
 #include "kernels.h"
 
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 
 #include <limits>
 
@@ -208,7 +213,138 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
   }
 };
 
+// The per-step products of modules/step_linear.py.  Each is a node of its own (torch's Node, not
+// a custom Function, so that it can keep the shared PendingFactors): its backward pass gives the
+// gradient the recurrence needs now and files the factors of the fixed operand's gradient.
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
+
+// row_times: x_b M_b for each b, rows (B, K) times matrices (B, K, N), as a batch of row vectors
+Tensor row_times(const Tensor& rows, const Tensor& matrices) { return at::bmm(rows.unsqueeze(1), matrices).squeeze(1); }
+
+variable_list undefined_gradients(size_t count) { return variable_list(count); }
+
+struct StepProductBackward : public Node {
+  SavedVariable x, weight;
+  std::shared_ptr<PendingFactors> pending;
+  bool has_offset = false;
+
+  variable_list apply(variable_list&& grads) override {
+    check_no_double_backward("step_product");
+    const Tensor& grad = grads[0];
+    if (!grad.defined()) return undefined_gradients(4);
+    const Tensor x_ = x.unpack(), weight_ = weight.unpack();
+    pending->pairs.emplace_back(grad, x_);  // dL/dW += (dL/dy)^T x, dL/db += dL/dy: at the collector
+    return {task_should_compute_output(0) ? grad.mm(weight_) : Tensor(), Tensor(), Tensor(),
+            has_offset ? grad : Tensor()};
+  }
+  void release_variables() override {
+    x.reset_data();
+    weight.reset_data();
+  }
+};
+
+// A node of ``Kind`` for ``output`` with ``inputs``' edges, when any input needs a gradient.
+template <typename Kind, typename... Inputs>
+c10::intrusive_ptr<Kind> record_node(const Tensor& output, const Inputs&... inputs) {
+  if (!torch::autograd::compute_requires_grad(inputs...)) return nullptr;
+  auto node = c10::make_intrusive<Kind>();
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs...));
+  torch::autograd::set_history(output, node);
+  return node;
+}
+
+struct StepReadBackward : public Node {
+  SavedVariable weights, operand;
+  std::shared_ptr<PendingFactors> pending;
+
+  variable_list apply(variable_list&& grads) override {
+    check_no_double_backward("step_read");
+    const Tensor& grad = grads[0];
+    if (!grad.defined()) return undefined_gradients(2);
+    const Tensor weights_ = weights.unpack(), operand_ = operand.unpack();
+    pending->pairs.emplace_back(weights_, grad);  // dL/dM += w^T dL/dy: at the collector
+    return {task_should_compute_output(0) ? row_times(grad, operand_.transpose(1, 2)) : Tensor(), Tensor()};
+  }
+  void release_variables() override {
+    weights.reset_data();
+    operand.reset_data();
+  }
+};
+
+struct StepScoreBackward : public Node {
+  SavedVariable query, operand;
+  std::shared_ptr<PendingFactors> pending;
+
+  variable_list apply(variable_list&& grads) override {
+    check_no_double_backward("step_score");
+    const Tensor& grad = grads[0];
+    if (!grad.defined()) return undefined_gradients(2);
+    const Tensor query_ = query.unpack(), operand_ = operand.unpack();
+    pending->pairs.emplace_back(grad, query_);  // dL/dM += (dL/ds)^T q: at the collector
+    return {task_should_compute_output(0) ? row_times(grad, operand_) : Tensor(), Tensor()};
+  }
+  void release_variables() override {
+    query.reset_data();
+    operand.reset_data();
+  }
+};
+
+void check_pending(const std::shared_ptr<PendingFactors>& pending, const char* node) {
+  TORCH_CHECK(pending != nullptr, node, ": no PendingFactors to file the gradient's factors in");
+}
+
 }  // namespace
+
+Tensor step_product(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                    const std::optional<Tensor>& offset, const std::shared_ptr<PendingFactors>& pending) {
+  check_pending(pending, "step_product");
+  const Tensor bias_ = bias.value_or(Tensor()), offset_ = offset.value_or(Tensor());
+  Tensor out;
+  {
+    at::NoGradGuard no_grad;  // the same operations as the Python node, for the same rounding
+    out = x.mm(weight.t());
+    if (bias_.defined()) out = out + bias_;
+    if (offset_.defined()) out = out + offset_;
+  }
+  if (auto node = record_node<StepProductBackward>(out, x, weight, bias_, offset_)) {
+    node->x = SavedVariable(x, false);
+    node->weight = SavedVariable(weight, false);
+    node->pending = pending;
+    node->has_offset = offset_.defined();
+  }
+  return out;
+}
+
+Tensor step_read(const Tensor& weights, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
+  check_pending(pending, "step_read");
+  Tensor out;
+  {
+    at::NoGradGuard no_grad;
+    out = row_times(weights, operand);
+  }
+  if (auto node = record_node<StepReadBackward>(out, weights, operand)) {
+    node->weights = SavedVariable(weights, false);
+    node->operand = SavedVariable(operand, false);
+    node->pending = pending;
+  }
+  return out;
+}
+
+Tensor step_score(const Tensor& query, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
+  check_pending(pending, "step_score");
+  Tensor out;
+  {
+    at::NoGradGuard no_grad;
+    out = row_times(query, operand.transpose(1, 2));
+  }
+  if (auto node = record_node<StepScoreBackward>(out, query, operand)) {
+    node->query = SavedVariable(query, false);
+    node->operand = SavedVariable(operand, false);
+    node->pending = pending;
+  }
+  return out;
+}
 
 Tensor gru_step(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden) {
   return GRUStep::apply(input_gates, hidden_gates, hidden);

@@ -8,6 +8,8 @@ stands in for, with fewer operator calls and no Python in its backward pass:
     packed_gru_forward / packed_gru_backward   the encoder's bidirectional GRU loop (gru.py)
     gru_step                                   the decoder's GRU update, one node (gru.py)
     softmax_gaussian                           the softmax focus, one node (normalizations.py)
+    step_product, step_read, step_score        the per-step products (step_linear.py), with
+    PendingFactors                             the factors their backward passes file
 
 They run on CPU tensors of float32 or float64 outside autocast; other devices and precisions run
 the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Forward outputs are the

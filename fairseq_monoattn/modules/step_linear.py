@@ -27,6 +27,33 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from . import compiled
+
+
+class _PendingFactors:
+    """The factor pairs (a_t, b_t) of a gradient sum_t a_t^T b_t, filed by the steps' backward
+    passes and taken by the collector once every step is done (the C++ kernels' PendingFactors
+    does the same for their step nodes)."""
+
+    def __init__(self):
+        self.pairs: List[Tuple[torch.Tensor, torch.Tensor]] = []
+
+    def append(self, pair: Tuple[torch.Tensor, torch.Tensor]) -> None:
+        self.pairs.append(pair)
+
+    def take(self) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        pairs, self.pairs = self.pairs, []
+        return pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+def _pending_for(*tensors: torch.Tensor):
+    """Where the steps over ``tensors`` file their factors: the C++ kernels' PendingFactors where
+    the C++ step nodes run (``compiled.applies``), else the Python one."""
+    return compiled.kernels.PendingFactors() if compiled.applies(*tensors) else _PendingFactors()
+
 
 class _CollectWeightGradient(torch.autograd.Function):
     """The identity on (W, b); its backward runs after every step that read them (autograd runs
@@ -43,12 +70,12 @@ class _CollectWeightGradient(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _weight_grad, _bias_grad):
-        if not ctx.pending:
+        pairs = ctx.pending.take()
+        if not pairs:
             return None, None, None
         dtype = ctx.weight_dtype  # under autocast the steps may have run in another precision
-        grads = torch.cat([grad.to(dtype) for grad, _ in ctx.pending])
-        inputs = torch.cat([x.to(dtype) for _, x in ctx.pending])
-        ctx.pending.clear()
+        grads = torch.cat([grad.to(dtype) for grad, _ in pairs])
+        inputs = torch.cat([x.to(dtype) for _, x in pairs])
         return grads.t().mm(inputs), (grads.sum(dim=0) if ctx.has_bias else None), None
 
 
@@ -81,10 +108,13 @@ class StepLinear:
     """y_t = offset_t + x_t W^T + b for the steps of one forward pass (see the module's docstring)."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
-        self.pending: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self.pending = _pending_for(weight, *([] if bias is None else [bias]))
+        self.compiled = not isinstance(self.pending, _PendingFactors)  # the steps are C++ nodes
         self.weight, self.bias = _CollectWeightGradient.apply(weight, bias, self.pending)
 
     def __call__(self, x: torch.Tensor, offset: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.compiled:
+            return compiled.kernels.step_product(x, self.weight, self.bias, offset, self.pending)
         return _StepProduct.apply(x, self.weight, self.bias, offset, self.pending)
 
 
@@ -109,12 +139,12 @@ class _CollectOperandGradient(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _grad):
-        if not ctx.pending:
+        pairs = ctx.pending.take()
+        if not pairs:
             return None, None
         dtype = ctx.operand_dtype
-        left = torch.stack([a.to(dtype) for a, _ in ctx.pending], dim=1)  # (B, T, n)
-        right = torch.stack([b.to(dtype) for _, b in ctx.pending], dim=1)  # (B, T, D)
-        ctx.pending.clear()
+        left = torch.stack([a.to(dtype) for a, _ in pairs], dim=1)  # (B, T, n)
+        right = torch.stack([b.to(dtype) for _, b in pairs], dim=1)  # (B, T, D)
         return left.transpose(1, 2).bmm(right), None
 
 
@@ -158,15 +188,20 @@ class StepOperand:
     steps' factors are kept and dL/dM = sum_t a_t^T b_t is one product after the last step."""
 
     def __init__(self, operand: torch.Tensor):
-        self.pending: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self.pending = _pending_for(operand)
+        self.compiled = not isinstance(self.pending, _PendingFactors)  # the steps are C++ nodes
         self.operand = _CollectOperandGradient.apply(operand, self.pending)
 
     def read(self, weights: torch.Tensor) -> torch.Tensor:
         """sum_i w_i M_i: weights (B, n) -> (B, D)."""
+        if self.compiled and weights.dtype == self.operand.dtype:
+            return compiled.kernels.step_read(weights, self.operand, self.pending)
         return _StepRead.apply(weights, self.operand, self.pending)
 
     def score(self, query: torch.Tensor) -> torch.Tensor:
         """<M_i, q>: query (B, D) -> (B, n)."""
+        if self.compiled and query.dtype == self.operand.dtype:
+            return compiled.kernels.step_score(query, self.operand, self.pending)
         return _StepScore.apply(query, self.operand, self.pending)
 
 
