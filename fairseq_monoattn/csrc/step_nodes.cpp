@@ -63,35 +63,31 @@ struct GRUStep : public torch::autograd::Function<GRUStep> {
     Tensor out = at::empty({B, H}, hidden.options());
     const int64_t in_stride = input_gates.stride(0), hid_stride = hidden_gates.stride(0);
     AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
-      const scalar_t* ig = input_gates.data_ptr<scalar_t>();
-      const scalar_t* hg = hidden_gates.data_ptr<scalar_t>();
-      scalar_t* rz = reset_update.data_ptr<scalar_t>();
       for (int64_t i = 0; i < B; ++i) {  // i_r + h_r, i_z + h_z
-        for (int64_t j = 0; j < 2 * H; ++j) rz[i * 2 * H + j] = ig[i * in_stride + j] + hg[i * hid_stride + j];
+        const scalar_t* __restrict__ ig = input_gates.data_ptr<scalar_t>() + i * in_stride;
+        const scalar_t* __restrict__ hg = hidden_gates.data_ptr<scalar_t>() + i * hid_stride;
+        scalar_t* __restrict__ rz = reset_update.data_ptr<scalar_t>() + i * 2 * H;
+        for (int64_t j = 0; j < 2 * H; ++j) rz[j] = ig[j] + hg[j];
       }
     });
     reset_update.sigmoid_();  // r, z
     AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
-      const scalar_t* ig = input_gates.data_ptr<scalar_t>();
-      const scalar_t* hg = hidden_gates.data_ptr<scalar_t>();
-      const scalar_t* rz = reset_update.data_ptr<scalar_t>();
-      scalar_t* n = candidate.data_ptr<scalar_t>();
       for (int64_t i = 0; i < B; ++i) {  // i_n + r h_n
-        for (int64_t j = 0; j < H; ++j) {
-          n[i * H + j] = ig[i * in_stride + 2 * H + j] + rz[i * 2 * H + j] * hg[i * hid_stride + 2 * H + j];
-        }
+        const scalar_t* __restrict__ i_n = input_gates.data_ptr<scalar_t>() + i * in_stride + 2 * H;
+        const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
+        const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
+        scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
+        for (int64_t j = 0; j < H; ++j) n[j] = i_n[j] + r[j] * h_n[j];
       }
     });
     candidate.tanh_();  // n
     AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
-      const scalar_t* rz = reset_update.data_ptr<scalar_t>();
-      const scalar_t* n = candidate.data_ptr<scalar_t>();
-      const scalar_t* h = hidden.data_ptr<scalar_t>();
-      scalar_t* h_new = out.data_ptr<scalar_t>();
-      for (int64_t i = 0; i < B; ++i) {
-        for (int64_t j = 0; j < H; ++j) {
-          h_new[i * H + j] = (h[i * H + j] - n[i * H + j]) * rz[i * 2 * H + H + j] + n[i * H + j];
-        }
+      for (int64_t i = 0; i < B; ++i) {  // h' = (h - n) z + n
+        const scalar_t* __restrict__ z = reset_update.data_ptr<scalar_t>() + i * 2 * H + H;
+        const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
+        const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
+        scalar_t* __restrict__ h_new = out.data_ptr<scalar_t>() + i * H;
+        for (int64_t j = 0; j < H; ++j) h_new[j] = (h[j] - n[j]) * z[j] + n[j];
       }
     });
     ctx->save_for_backward({reset_update, candidate, hidden, hidden_gates});
@@ -109,28 +105,29 @@ struct GRUStep : public torch::autograd::Function<GRUStep> {
     Tensor grad_hidden_gates = at::empty({B, 3 * H}, hidden.options());
     Tensor grad_hidden = at::empty({B, H}, hidden.options());
     AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step_backward", [&] {
-      const scalar_t* g_out = grad.data_ptr<scalar_t>();
-      const scalar_t* rz = reset_update.data_ptr<scalar_t>();
-      const scalar_t* n_ = candidate.data_ptr<scalar_t>();
-      const scalar_t* h_ = hidden.data_ptr<scalar_t>();
-      const scalar_t* hg = hidden_gates.data_ptr<scalar_t>();
-      scalar_t* gi = grad_input_gates.data_ptr<scalar_t>();
-      scalar_t* gh = grad_hidden_gates.data_ptr<scalar_t>();
-      scalar_t* gk = grad_hidden.data_ptr<scalar_t>();
       for (int64_t i = 0; i < B; ++i) {
+        const scalar_t* __restrict__ g_out = grad.data_ptr<scalar_t>() + i * H;
+        const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
+        const scalar_t* __restrict__ z = r + H;
+        const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
+        const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
+        const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
+        scalar_t* __restrict__ gi = grad_input_gates.data_ptr<scalar_t>() + i * 3 * H;
+        scalar_t* __restrict__ gh = grad_hidden_gates.data_ptr<scalar_t>() + i * 3 * H;
+        scalar_t* __restrict__ gk = grad_hidden.data_ptr<scalar_t>() + i * H;
         for (int64_t j = 0; j < H; ++j) {
-          const scalar_t g = g_out[i * H + j], r = rz[i * 2 * H + j], z = rz[i * 2 * H + H + j], n = n_[i * H + j];
-          const scalar_t kept = g * z;                                 // through h' = z h + (1 - z) n
-          const scalar_t g_z = g * (h_[i * H + j] - n) * (1 - z) * z;  // through z = sigmoid(.)
-          const scalar_t g_n = (g - kept) * (1 - n * n);               // through n = tanh(.)
-          const scalar_t g_r = g_n * hg[i * hid_stride + 2 * H + j] * (1 - r) * r;  // through r = sigmoid(.)
-          gk[i * H + j] = kept;
-          gi[i * 3 * H + j] = g_r;
-          gi[i * 3 * H + H + j] = g_z;
-          gi[i * 3 * H + 2 * H + j] = g_n;
-          gh[i * 3 * H + j] = g_r;
-          gh[i * 3 * H + H + j] = g_z;
-          gh[i * 3 * H + 2 * H + j] = g_n * r;
+          const scalar_t g = g_out[j];
+          const scalar_t kept = g * z[j];                               // through h' = z h + (1 - z) n
+          const scalar_t g_z = g * (h[j] - n[j]) * (1 - z[j]) * z[j];  // through z = sigmoid(.)
+          const scalar_t g_n = (g - kept) * (1 - n[j] * n[j]);          // through n = tanh(.)
+          const scalar_t g_r = g_n * h_n[j] * (1 - r[j]) * r[j];        // through r = sigmoid(.)
+          gk[j] = kept;
+          gi[j] = g_r;
+          gi[H + j] = g_z;
+          gi[2 * H + j] = g_n;
+          gh[j] = g_r;
+          gh[H + j] = g_z;
+          gh[2 * H + j] = g_n * r[j];
         }
       }
     });
@@ -160,18 +157,17 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
     Tensor z = at::empty({B, S}, positions.options());
     Tensor logits = at::empty({B, S}, positions.options());
     AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "softmax_gaussian", [&] {
-      const scalar_t* p = positions.data_ptr<scalar_t>();
-      const scalar_t* m = mu.data_ptr<scalar_t>();
-      const scalar_t* s = sigma.data_ptr<scalar_t>();
-      const bool* pad = padding_mask.data_ptr<bool>();
-      scalar_t* z_ = z.data_ptr<scalar_t>();
-      scalar_t* l = logits.data_ptr<scalar_t>();
       const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
       for (int64_t i = 0; i < B; ++i) {
+        const scalar_t* __restrict__ p = positions.data_ptr<scalar_t>() + i * S;
+        const bool* __restrict__ pad = padding_mask.data_ptr<bool>() + i * S;
+        scalar_t* __restrict__ z_ = z.data_ptr<scalar_t>() + i * S;
+        scalar_t* __restrict__ l = logits.data_ptr<scalar_t>() + i * S;
+        const scalar_t m = mu.data_ptr<scalar_t>()[i], s = sigma.data_ptr<scalar_t>()[i];
         for (int64_t j = 0; j < S; ++j) {
-          const scalar_t zij = (p[i * S + j] - m[i]) / s[i];
-          z_[i * S + j] = zij;
-          l[i * S + j] = pad[i * S + j] ? minus_infinity : static_cast<scalar_t>(-0.5) * zij * zij;
+          const scalar_t zj = (p[j] - m) / s;
+          z_[j] = zj;
+          l[j] = pad[j] ? minus_infinity : static_cast<scalar_t>(-0.5) * zj * zj;
         }
       }
     });
