@@ -11,6 +11,27 @@
 
 namespace fairseq_monoattn {
 
+// One element j of a GRU update's backward pass, h' = (h - n) z + n with r = sigmoid(i_r + h_r),
+// z = sigmoid(i_z + h_z), n = tanh(i_n + r h_n): from g = dL/dh', writes dL/dh through h' itself
+// (kept[j] = g z) and the gates' pre-activation gradients, on the input side gi = [g_r | g_z | g_n]
+// and on the hidden side gh = [g_r | g_z | g_n r] (rows of 3H).  Shared by the encoder's packed loop
+// and the decoder's GRU step node.
+template <typename T>
+inline void gru_element_backward(T g, T r, T z, T n, T h, T h_n, int64_t j, int64_t H, T* __restrict__ kept,
+                                 T* __restrict__ gi, T* __restrict__ gh) {
+  const T through_h = g * z;                    // through h' = z h + (1 - z) n
+  const T g_z = g * (h - n) * (1 - z) * z;      // through z = sigmoid(.)
+  const T g_n = (g - through_h) * (1 - n * n);  // through n = tanh(.)
+  const T g_r = g_n * h_n * (1 - r) * r;        // through r = sigmoid(.)
+  kept[j] = through_h;
+  gi[j] = g_r;
+  gi[H + j] = g_z;
+  gi[2 * H + j] = g_n;
+  gh[j] = g_r;
+  gh[H + j] = g_z;
+  gh[2 * H + j] = g_n * r;
+}
+
 // The encoder's GRU time loop over packed rows (packed_gru.cpp).
 std::vector<at::Tensor> packed_gru_forward(const at::Tensor& input_gates, const at::Tensor& weight,
                                               const at::Tensor& bias, const std::vector<int64_t>& sizes);

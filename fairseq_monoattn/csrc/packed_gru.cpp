@@ -189,17 +189,7 @@ std::vector<Tensor> packed_gru_backward(const Tensor& grad_states_in, const Tens
           const bool later = i < carried;  // the row goes on to step t + 1
           for (int64_t j = 0; j < H; ++j) {
             const scalar_t g = later ? g_out[j] + (g_weight[j] + g_update[j]) : g_out[j];
-            const scalar_t kept = g * z[j];  // through h' = z h + (1 - z) n
-            const scalar_t g_z = g * (h[j] - n[j]) * (1 - z[j]) * z[j];  // through z = sigmoid(.)
-            const scalar_t g_n = (g - kept) * (1 - n[j] * n[j]);  // through n = tanh(.)
-            const scalar_t g_r = g_n * h_n[j] * (1 - r[j]) * r[j];  // through r = sigmoid(.)
-            g_update[j] = kept;
-            gi[j] = g_r;
-            gi[H + j] = g_z;
-            gi[2 * H + j] = g_n;
-            gh[j] = g_r;
-            gh[H + j] = g_z;
-            gh[2 * H + j] = g_n * r[j];
+            gru_element_backward(g, r[j], z[j], n[j], h[j], h_n[j], j, H, g_update, gi, gh);
           }
         }
         Tensor out = carry_of[d].narrow(0, 0, rows);

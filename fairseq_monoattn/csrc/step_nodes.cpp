@@ -115,20 +115,7 @@ struct GRUStep : public torch::autograd::Function<GRUStep> {
         scalar_t* __restrict__ gi = grad_input_gates.data_ptr<scalar_t>() + i * 3 * H;
         scalar_t* __restrict__ gh = grad_hidden_gates.data_ptr<scalar_t>() + i * 3 * H;
         scalar_t* __restrict__ gk = grad_hidden.data_ptr<scalar_t>() + i * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const scalar_t g = g_out[j];
-          const scalar_t kept = g * z[j];                               // through h' = z h + (1 - z) n
-          const scalar_t g_z = g * (h[j] - n[j]) * (1 - z[j]) * z[j];  // through z = sigmoid(.)
-          const scalar_t g_n = (g - kept) * (1 - n[j] * n[j]);          // through n = tanh(.)
-          const scalar_t g_r = g_n * h_n[j] * (1 - r[j]) * r[j];        // through r = sigmoid(.)
-          gk[j] = kept;
-          gi[j] = g_r;
-          gi[H + j] = g_z;
-          gi[2 * H + j] = g_n;
-          gh[j] = g_r;
-          gh[H + j] = g_z;
-          gh[2 * H + j] = g_n * r[j];
-        }
+        for (int64_t j = 0; j < H; ++j) gru_element_backward(g_out[j], r[j], z[j], n[j], h[j], h_n[j], j, H, gk, gi, gh);
       }
     });
     std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector(), gate_shape = shape;
