@@ -16,8 +16,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              auto pairs = std::move(self.pairs);
              self.pairs.clear();
              return pairs;
-           })
-      .def("__len__", [](const PendingFactors& self) { return self.pairs.size(); });
+           });
   m.def("step_product", &step_product, "offset + x W^T + b as one node filing (dL/dy, x)");
   m.def("step_read", &step_read, "w M (a batch of row vectors times matrices) as one node filing (w, dL/dy)");
   m.def("step_score", &step_score, "M q as one node filing (dL/ds, q)");

@@ -237,38 +237,30 @@ c10::intrusive_ptr<Kind> record_node(const Tensor& output, const Inputs&... inpu
   return node;
 }
 
-struct StepReadBackward : public Node {
-  SavedVariable weights, operand;
+// The two products of a row vector with a per-example matrix M: a read, y = w M, which files
+// (w, dL/dy) for dL/dM = w^T dL/dy, and a score, s = M q (q M^T as a row), which files (dL/ds, q)
+// for dL/dM = (dL/ds)^T q.  Either way the row's gradient is the output's gradient times M
+// transposed the other way.
+struct StepOperandBackward : public Node {
+  SavedVariable row, operand;
   std::shared_ptr<PendingFactors> pending;
+  bool is_score = false;
 
   variable_list apply(variable_list&& grads) override {
-    check_no_double_backward("step_read");
+    check_no_double_backward(is_score ? "step_score" : "step_read");
     const Tensor& grad = grads[0];
     if (!grad.defined()) return undefined_gradients(2);
-    const Tensor weights_ = weights.unpack(), operand_ = operand.unpack();
-    pending->pairs.emplace_back(weights_, grad);  // dL/dM += w^T dL/dy: at the collector
-    return {task_should_compute_output(0) ? row_times(grad, operand_.transpose(1, 2)) : Tensor(), Tensor()};
+    const Tensor row_ = row.unpack(), operand_ = operand.unpack();
+    if (is_score)
+      pending->pairs.emplace_back(grad, row_);
+    else
+      pending->pairs.emplace_back(row_, grad);
+    if (!task_should_compute_output(0)) return {Tensor(), Tensor()};
+    return {row_times(grad, is_score ? operand_ : operand_.transpose(1, 2)), Tensor()};
   }
+  std::string name() const override { return is_score ? "StepScoreBackward" : "StepReadBackward"; }
   void release_variables() override {
-    weights.reset_data();
-    operand.reset_data();
-  }
-};
-
-struct StepScoreBackward : public Node {
-  SavedVariable query, operand;
-  std::shared_ptr<PendingFactors> pending;
-
-  variable_list apply(variable_list&& grads) override {
-    check_no_double_backward("step_score");
-    const Tensor& grad = grads[0];
-    if (!grad.defined()) return undefined_gradients(2);
-    const Tensor query_ = query.unpack(), operand_ = operand.unpack();
-    pending->pairs.emplace_back(grad, query_);  // dL/dM += (dL/ds)^T q: at the collector
-    return {task_should_compute_output(0) ? row_times(grad, operand_) : Tensor(), Tensor()};
-  }
-  void release_variables() override {
-    query.reset_data();
+    row.reset_data();
     operand.reset_data();
   }
 };
@@ -299,34 +291,31 @@ Tensor step_product(const Tensor& x, const Tensor& weight, const std::optional<T
   return out;
 }
 
-Tensor step_read(const Tensor& weights, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
-  check_pending(pending, "step_read");
+namespace {
+Tensor step_operand(const Tensor& row, const Tensor& operand, bool is_score,
+                    const std::shared_ptr<PendingFactors>& pending) {
+  check_pending(pending, is_score ? "step_score" : "step_read");
   Tensor out;
   {
     at::NoGradGuard no_grad;
-    out = row_times(weights, operand);
+    out = row_times(row, is_score ? operand.transpose(1, 2) : operand);
   }
-  if (auto node = record_node<StepReadBackward>(out, weights, operand)) {
-    node->weights = SavedVariable(weights, false);
+  if (auto node = record_node<StepOperandBackward>(out, row, operand)) {
+    node->row = SavedVariable(row, false);
     node->operand = SavedVariable(operand, false);
     node->pending = pending;
+    node->is_score = is_score;
   }
   return out;
 }
+}  // namespace
+
+Tensor step_read(const Tensor& weights, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
+  return step_operand(weights, operand, /*is_score=*/false, pending);
+}
 
 Tensor step_score(const Tensor& query, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
-  check_pending(pending, "step_score");
-  Tensor out;
-  {
-    at::NoGradGuard no_grad;
-    out = row_times(query, operand.transpose(1, 2));
-  }
-  if (auto node = record_node<StepScoreBackward>(out, query, operand)) {
-    node->query = SavedVariable(query, false);
-    node->operand = SavedVariable(operand, false);
-    node->pending = pending;
-  }
-  return out;
+  return step_operand(query, operand, /*is_score=*/true, pending);
 }
 
 Tensor gru_step(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden) {

@@ -45,9 +45,6 @@ class _PendingFactors:
         pairs, self.pairs = self.pairs, []
         return pairs
 
-    def __len__(self) -> int:
-        return len(self.pairs)
-
 
 def _pending_for(*tensors: torch.Tensor):
     """Where the steps over ``tensors`` file their factors: the C++ kernels' PendingFactors where
