@@ -1,3 +1,5 @@
+import os
+
 from setuptools import find_packages, setup
 
 
@@ -16,7 +18,17 @@ def compiled_kernels():
         extra_compile_args=["-O3"],
         optional=True,  # a failed build warns and installs the rest
     )
-    return {"ext_modules": [extension], "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=False)}}
+
+    class BuildKernels(BuildExtension.with_options(use_ninja=False)):
+        def copy_file(self, infile, outfile, *args, **kwargs):
+            # An in-place build (pip install -e) copies the library over the one in the package.
+            # Unlink it first: a running training that has loaded the old file keeps it, where a
+            # copy into the same file would change the pages under it (a crash, SIGBUS).
+            if os.path.isfile(outfile) and os.path.isfile(infile):
+                os.unlink(outfile)
+            return super().copy_file(infile, outfile, *args, **kwargs)
+
+    return {"ext_modules": [extension], "cmdclass": {"build_ext": BuildKernels}}
 
 
 setup(
