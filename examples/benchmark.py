@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from fairseq_monoattn.benchmarking import epoch_seconds, main
+from fairseq_monoattn.release import check_release_checkout
 
 RUN_RELEASE = Path(__file__).resolve().parent / "release_equivalence" / "run_release.py"
 MODELS = (("BiGRU_OneStep", "gru_onestep"), ("BiGRU_MonoAttn", "gru_monoattn"))
@@ -38,7 +39,10 @@ def release_epoch_seconds(release: Path, python: str, model: str, task: str = "i
         command = [sys.executable, str(RUN_RELEASE), "--release", str(release), "--python", python, "--task", task,
                    "--model", model, "--seeds", "0", "--epochs", str(epochs), "--data-seed", "1", "--work", work,
                    "--results", f"{work}/results"]  # fmt: skip
-        subprocess.run(command, check=True, capture_output=True, text=True)
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+            raise SystemExit(f"the release's {model} run failed ({' '.join(command)}), exit {done.returncode}:\n{tail}")
         (path,) = Path(work, "results").glob("*/*/seed0.json")
         record = json.loads(path.read_text())
         return [{"epoch": e, "validation": v} for e, v in zip(record["epoch_seconds"], record["validation_seconds"])]
@@ -62,6 +66,11 @@ if __name__ == "__main__":
         print()
     if extra.release_repeats < 1:
         raise SystemExit(f"--release-repeats must be at least 1, not {extra.release_repeats}")
+    if extra.release is not None:
+        try:  # before the plugin's measurements, which take minutes
+            extra.release = check_release_checkout(extra.release)
+        except ValueError as error:
+            raise SystemExit(f"benchmark.py: {error}") from None
     main(rest + ["--data", str(extra.data)])
     if extra.release is not None:
         # each pair: the plugin's run, then the release's, one process at a time, 3 epochs each;

@@ -29,6 +29,7 @@ mix (they keep ``location_attention_only``); they convert to the unmixed presets
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -133,6 +134,27 @@ def _rotate_back(dim: int, dtype: torch.dtype) -> torch.Tensor:
     r[j, j], r[half + j, half + j] = torch.cos(w), torch.cos(w)
     r[j, half + j], r[half + j, j] = torch.sin(w), -torch.sin(w)
     return r.to(dtype)
+
+
+# what a checkout of the release has at its top: the scripts that run it read these
+RELEASE_CHECKOUT_FILES = ("train.py", "configs", "models", "preprocess", "LICENSE")
+
+
+def check_release_checkout(folder, option: str = "--release") -> Path:
+    """``folder``, resolved, when it is a checkout of the authors' release; else a ValueError that
+    names ``option`` and what the folder lacks (one level up or down from the checkout is the
+    usual mistake, so the message says where a checkout is when it is a neighbour)."""
+    folder = Path(folder).resolve()
+    missing = [name for name in RELEASE_CHECKOUT_FILES if not (folder / name).exists()]
+    if not missing:
+        return folder
+    near = [p for p in [folder.parent, *(folder.glob("*/") if folder.is_dir() else [])]
+            if all((p / name).exists() for name in RELEASE_CHECKOUT_FILES)]  # fmt: skip
+    hint = f"; {near[0]} is one, did you mean it?" if near else ""
+    what = "does not exist" if not folder.exists() else f"has no {', '.join(missing)}"
+    raise ValueError(
+        f"{option} {folder} is not a checkout of github.com/JRC1995/MonotonicLocationAttention: it {what}{hint}"
+    )
 
 
 def release_sizes(state: Mapping[str, torch.Tensor]) -> Dict[str, int]:

@@ -10,7 +10,13 @@ import pytest
 import torch
 from model_helpers import batch, build, digit_dictionary
 
-from fairseq_monoattn.release import RELEASE_CONVENTIONS, ReleaseConversionError, convert
+from fairseq_monoattn.release import (
+    RELEASE_CHECKOUT_FILES,
+    RELEASE_CONVENTIONS,
+    ReleaseConversionError,
+    check_release_checkout,
+    convert,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "release"
 NAMES = sorted(path.stem for path in FIXTURES.glob("*.pt"))
@@ -161,3 +167,23 @@ def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp
     vocab.write_text(json.dumps({token: i for i, token in enumerate(fixture["vocab"][:-1] + ["@"])}))
     wrong = convert_command(to=tmp_path / "y.pt")
     assert wrong.returncode == 2 and "differ" in wrong.stderr and not (tmp_path / "y.pt").exists()
+
+
+def test_a_folder_that_is_not_the_release_is_refused_naming_the_option(tmp_path):
+    checkout = tmp_path / "MonotonicLocationAttention"
+    for name in RELEASE_CHECKOUT_FILES:  # folders, and train.py and LICENSE as files
+        path = checkout / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("") if name in ("train.py", "LICENSE") else path.mkdir()
+    assert check_release_checkout(checkout / "models" / "..") == checkout
+    # the folder above the checkout: the message names the option, what is missing, and the checkout
+    with pytest.raises(ValueError) as error:
+        check_release_checkout(tmp_path, option="--release-dir")
+    message = str(error.value)
+    assert message.startswith(f"--release-dir {tmp_path} is not a checkout") and "no train.py, configs" in message
+    assert f"{checkout} is one, did you mean it?" in message
+    (checkout / "train.py").unlink()
+    with pytest.raises(ValueError, match=r"it has no train\.py$"):
+        check_release_checkout(checkout)
+    with pytest.raises(ValueError, match="does not exist"):
+        check_release_checkout(tmp_path / "nowhere")

@@ -326,8 +326,9 @@ def main():
     parser.add_argument("--batch-seed", type=int, default=1234, help="seed of the batch's digits")
     parser.add_argument("--only", nargs="*", help="fixture names to make (default: all)")
     args = parser.parse_args()
-
     release = args.release.resolve()
+    if not (release / "train.py").is_file() or not (release / "models").is_dir():  # no plugin here to check it
+        parser.error(f"--release {release} is not a checkout of the authors' release: it has no train.py and models/")
     config_loader, models, collaters = import_release(release)
     vocab2idx = release_vocabulary(release)
     vocab = [t for t, _ in sorted(vocab2idx.items(), key=lambda kv: kv[1])]

@@ -103,7 +103,14 @@ def parse_args(argv):
     parser.add_argument("--data-seed", type=int, default=1, help="seed of the plugin's data")
     parser.add_argument("--work", required=True, type=Path, help="folder for data, logs and checkpoints")
     parser.add_argument("--results", required=True, type=Path, help="records go to RESULTS/TASK/MODEL/seedN.json")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    from fairseq_monoattn.release import check_release_checkout
+
+    try:
+        args.release = check_release_checkout(args.release)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
 
 
 def prepare_plugin_data(task: str, data_seed: int, work: Path) -> dict:
