@@ -84,8 +84,9 @@ def ensure_copy_data(root: Path) -> Path:
 # -- training ----------------------------------------------------------------------------
 
 
-def train_arguments(data_bin: Path, model_args, updates: int, interval: int) -> list:
-    """fairseq-train's arguments for a benchmark run: Adam, batches of 32, no validation or saving."""
+def train_arguments(data_bin: Path, model_args, updates: int, interval: int, save_dir: str) -> list:
+    """fairseq-train's arguments for a benchmark run: Adam, batches of 32, no validation or saving
+    (fairseq still makes its --save-dir, so the runs give it a temporary folder)."""
     return [
         str(data_bin),
         "--user-dir",
@@ -103,6 +104,8 @@ def train_arguments(data_bin: Path, model_args, updates: int, interval: int) -> 
         str(updates),
         "--disable-validation",
         "--no-save",
+        "--save-dir",
+        save_dir,
         "--no-progress-bar",
         "--log-format",
         "json",
@@ -117,9 +120,10 @@ def train_arguments(data_bin: Path, model_args, updates: int, interval: int) -> 
 
 def train_once(data_bin: Path, model_args, updates: int, interval: int):
     """Run fairseq-train in a child process; return (median wps, peak RSS in MiB)."""
-    command = [sys.executable, "-m", "fairseq_cli.train", *train_arguments(data_bin, model_args, updates, interval)]
-    with tempfile.TemporaryFile("w+") as log:
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as save_dir:
+        arguments = train_arguments(data_bin, model_args, updates, interval, save_dir)
+        child = subprocess.Popen([sys.executable, "-m", "fairseq_cli.train", *arguments], stdout=log,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
         _, status, usage = os.wait4(child.pid, 0)
         log.seek(0)
         text = log.read()
@@ -169,8 +173,9 @@ def update_split(data_bin: Path, model_args, updates: int) -> dict:
     """``timed_fairseq_train`` of ``model_args`` in a child process, with the training options of
     ``train_once``: {"loop", "trainer", "model"} in milliseconds an update."""
     code = "import sys; from fairseq_monoattn import benchmarking; benchmarking.timed_fairseq_train(sys.argv[1:])"
-    command = [sys.executable, "-c", code, *train_arguments(data_bin, model_args, updates, interval=updates)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as save_dir:
+        arguments = train_arguments(data_bin, model_args, updates, updates, save_dir)
+        done = subprocess.run([sys.executable, "-c", code, *arguments], capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("UPDATE-SPLIT ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"fairseq-train failed for {' '.join(model_args)}:\n{(done.stdout + done.stderr)[-3000:]}")

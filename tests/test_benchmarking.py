@@ -78,14 +78,18 @@ def test_the_update_split_nests_the_model_in_the_trainer_in_the_loop_and_prints_
     assert "| gru_onestep | 18.00 | 16.00 | 12.00 | 6.00 | 3.33 | 7.33 |" in table
 
 
-def test_fairseq_train_timed_in_process_gives_nested_times(tmp_path):
+def test_fairseq_train_timed_in_process_gives_nested_times(tmp_path, monkeypatch):
     """A real fairseq-train of 12 updates: the model's forward and backward lie inside the trainer's
-    step, which lies inside the training loop."""
+    step, which lies inside the training loop; the run leaves nothing where it was started (fairseq
+    makes its save folder even with --no-save)."""
     from fairseq_cli_helpers import write_copy_dataset
 
     data = write_copy_dataset(tmp_path / "data", {"train": (96, 2, 5), "valid": (12, 3, 6)})
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
     split = benchmarking.update_split(data / "bin", ["--arch", "gru_onestep"], updates=12)
     assert 0 < split["model"] < split["trainer"] < split["loop"]
+    assert list((tmp_path / "cwd").iterdir()) == []
 
 
 class ScriptedTraining:
