@@ -31,7 +31,7 @@ demo: install
 
 # The test command: style, the documentation site (links and anchors checked), the test suite.
 test: lint docs
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -65,7 +65,7 @@ setup(
     ],
     extras_require={
         # NLTK: the reference edit distance in the tests; xdist: the suite on every core
-        "test": ["pytest>=7", "pytest-xdist>=3", "nltk>=3.7"],
+        "test": ["pytest>=7", "pytest-xdist>=3.2", "nltk>=3.7"],
         "dev": ["ruff==0.17.6", "mkdocs==1.6.1"],  # make lint, make docs (both run by make test)
         "plots": ["matplotlib>=3.5"],
         "slurm": ["submitit>=1.4"],

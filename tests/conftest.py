@@ -1,5 +1,5 @@
 """Shared test setup: one thread for every computation the tests start, each prepared data set
-made once."""
+made once, the long tests started first."""
 
 import os
 from dataclasses import dataclass
@@ -14,6 +14,27 @@ import torch
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "long(seconds): a test that runs for many seconds (trainings through fairseq's commands); the suite "
+        "starts these first, the longest first, so that the workers of pytest -n end together",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Long tests first, by their marked seconds (about what they take on one idle core), longest
+    first; every other test keeps its place. With ``-n 2 --dist worksteal`` (make test) a worker
+    that runs out of tests takes half of the other's queue from its end, so ending with the short
+    tests leaves neither worker alone with a long one at the end."""
+
+    def order(item):
+        marker = item.get_closest_marker("long")
+        return (0, -marker.args[0]) if marker else (1, 0)
+
+    items.sort(key=order)  # stable
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 from fairseq import checkpoint_utils, distributed_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_cli import generate as generate_cli
+from fairseq_cli import preprocess as preprocess_cli
 from fairseq_cli import train as train_cli
 
 import fairseq_monoattn
@@ -34,6 +35,18 @@ def train(argv):
     cfg = convert_namespace_to_omegaconf(args)
     with contextlib.redirect_stdout(io.StringIO()):
         distributed_utils.call_main(cfg, train_cli.main)
+
+
+def preprocess(argv):
+    """fairseq-preprocess ARGV, in-process (it logs to DESTDIR/preprocess.log through a handler it
+    adds on every call; the handler goes again afterwards, as a process's would at exit)."""
+    handlers = list(preprocess_cli.logger.handlers)
+    try:
+        preprocess_cli.main(options.get_preprocessing_parser().parse_args([str(a) for a in argv]))
+    finally:
+        for handler in preprocess_cli.logger.handlers[len(handlers) :]:
+            preprocess_cli.logger.removeHandler(handler)
+            handler.close()
 
 
 def generate(argv, results_path: Path, subset: str):

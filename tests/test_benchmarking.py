@@ -54,6 +54,7 @@ def test_decoding_breakdown_times_the_attention_inside_the_decoder_steps():
     assert benchmarking.streaming_rate(40, repeats=2) > 0
 
 
+@pytest.mark.long(8)
 def test_update_profile_counts_the_operator_calls_of_a_training_update():
     """The plugin's update makes matrix products among its operator calls, as fairseq's lstm does; a
     preset with more decoder work (MonoAttn's location focus) makes more calls than Content."""
@@ -78,6 +79,7 @@ def test_the_update_split_nests_the_model_in_the_trainer_in_the_loop_and_prints_
     assert "| gru_onestep | 18.00 | 16.00 | 12.00 | 6.00 | 3.33 | 7.33 |" in table
 
 
+@pytest.mark.long(6)
 def test_fairseq_train_timed_in_process_gives_nested_times(tmp_path, monkeypatch):
     """A real fairseq-train of 12 updates: the model's forward and backward lie inside the trainer's
     step, which lies inside the training loop; the run leaves nothing where it was started (fairseq

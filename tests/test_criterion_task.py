@@ -627,6 +627,7 @@ def test_paper_recipe_halves_the_lr_on_the_fifth_epoch_without_improvement(tiny_
     assert rates == [1e-3] * 6 + [5e-4, 5e-4]  # the fifth epoch at 60 after the best 60
 
 
+@pytest.mark.long(7)
 def test_the_recipes_shortcuts_train_the_same_weights(tiny_copy, tmp_path):
     """Two shortcuts change only the time: the recipe's --num-workers 0 (fairseq's data-loading
     process, --num-workers 1 and its default, hands over the same batches) and the task's Adam

@@ -216,6 +216,7 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
         score(checkpoint, data / "bin", ["test9"], out)
 
 
+@pytest.mark.long(18)
 def test_local_launcher_runs_what_is_missing_once(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
@@ -251,6 +252,7 @@ def hold_run_lock(run_dir):
     return holder
 
 
+@pytest.mark.long(18)
 def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
     """Two sweeps over one work folder: the run whose folder lock another process holds is
     neither trained nor counted as failed, its folder is left as it was, and once the other
@@ -316,6 +318,7 @@ def test_progress_counts_a_run_another_process_trains_as_done_once_its_record_la
     assert progress.line(1) == "2/3 runs done, 0 running, 0 left, 1 failed"
 
 
+@pytest.mark.long(19)
 def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
     submitit = pytest.importorskip("submitit")
     work, results = tmp_path / "work", tmp_path / "results"
@@ -332,6 +335,7 @@ def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
     )
 
 
+@pytest.mark.long(11)
 def test_submitit_skips_a_run_another_process_is_training(tmp_path):
     """Under submitit too, a locked run's task ends at once as skipped, not failed, and leaves
     the run to the process that holds it; the other run of the array is recorded."""
@@ -355,6 +359,7 @@ def test_submitit_skips_a_run_another_process_is_training(tmp_path):
     assert sorted(p.name for p in busy.run_dir(work).iterdir()) == [".lock"]
 
 
+@pytest.mark.long(11)
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(seed=5, max_epoch=6))
@@ -640,6 +645,7 @@ def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_p
     assert capsys.readouterr().out.startswith("0 cells disagree")
 
 
+@pytest.mark.long(6)
 def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq_size(tmp_path, capsys):
     """table3-cfq: the paper's CFQ column (its six models, 3 seeds) under the recipe of its CFQ
     size.  Without --data-dir it stops before any run and names the option, preparing nothing;
@@ -728,6 +734,7 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     assert git("ls-files", "--others", "--", "results").strip() == str(other.record_path(results).relative_to(tmp_path))
 
 
+@pytest.mark.long(19)
 def test_comparison_puts_variants_side_by_side(tmp_path):
     from fairseq_monoattn.cli.common import parse_variant
 
@@ -930,6 +937,7 @@ def test_dedupe_runs_keep_the_source_end_marker_unless_a_variant_drops_it(tmp_pa
     assert "--source-eos" not in training_options(transformer)
 
 
+@pytest.mark.long(8)
 def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
     """The Transformer presets go through runs and records too: the record keeps the model's own
     options (not the whole command line), and its command plans the same model."""

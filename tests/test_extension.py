@@ -83,6 +83,7 @@ def test_an_entry_cannot_take_a_name_or_an_option_another_has(extension):
         register_step_activation("not-a-step")(type("NotAStep", (torch.nn.Module,), {}))
 
 
+@pytest.mark.long(14)
 def test_train_generate_and_score_from_outside_the_repository(extension, tmp_path):
     """The plugin is installed; the user's package is given as --user-dir; nothing runs from the
     repository."""

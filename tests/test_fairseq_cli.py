@@ -70,6 +70,7 @@ def test_every_arch_trains_and_decodes(arch, tiny_copy, tmp_path):
     assert sum(line.startswith("A-") for line in lines) == 13
 
 
+@pytest.mark.long(16)
 def test_real_commands_resume_and_generate_with_safe_checkpoint_loading(tiny_copy, tmp_path):
     """The console scripts, torch's weights_only loading (no environment variable), resuming."""
     data, save = str(tiny_copy / "bin"), str(tmp_path / "ck")

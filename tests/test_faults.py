@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fairseq_cli_helpers import TINY, run_command, tiny_spec, with_tiny_data, write_copy_dataset
+from fairseq_cli_helpers import TINY, preprocess, tiny_spec, with_tiny_data, write_copy_dataset
 
 from fairseq_monoattn.experiments.runs import run
 from fairseq_monoattn.models.presets import PRESETS
@@ -142,23 +142,10 @@ def rebinarized(data: Path, out: Path, edit) -> Path:
     for side in ("src", "tgt"):
         lines = (data / "bin" / f"dict.{side}.txt").read_text().splitlines()
         (out / f"dict.{side}.txt").write_text("".join(line + "\n" for line in edit(lines)))
-    run_command(
-        "fairseq-preprocess",
-        "--source-lang",
-        "src",
-        "--target-lang",
-        "tgt",
-        "--testpref",
-        str(data / "raw" / "test9"),
-        "--srcdict",
-        str(out / "dict.src.txt"),
-        "--tgtdict",
-        str(out / "dict.tgt.txt"),
-        "--destdir",
-        str(out / "bin"),
-        "--workers",
-        "1",
-    )
+    preprocess(
+        ["--source-lang", "src", "--target-lang", "tgt", "--testpref", data / "raw" / "test9", "--srcdict",
+         out / "dict.src.txt", "--tgtdict", out / "dict.tgt.txt", "--destdir", out / "bin", "--workers", "1"]
+    )  # fmt: skip
     return out / "bin"
 
 
@@ -290,6 +277,7 @@ def wait_for(condition, seconds: float):
 
 
 @pytest.mark.parametrize("when, long_examples", [("training", 40), ("scoring", 400)])
+@pytest.mark.long(21)
 def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, when, long_examples):
     """kill -9 of fairseq-monoattn-run, during training or while scoring: its worker and
     fairseq-train stop with it (no orphan trains on), and the same command finishes the run."""
@@ -321,6 +309,7 @@ def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, whe
     assert record["epochs_run"] == 4 and record["splits"]["test40"]["size"] == long_examples
 
 
+@pytest.mark.long(5)
 def test_a_run_another_process_is_training_is_skipped_not_failed(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(seed=4, max_epoch=1))
@@ -418,10 +407,10 @@ def test_score_counts_every_example_of_an_extra_length(trained, tmp_path):
 
 def rebinarized_split(prepared: Path, dictionaries_from: Path, out: Path, split: str) -> Path:
     out.mkdir()
-    run_command(
-        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--testpref",
-        str(prepared / "raw" / split), "--srcdict", str(dictionaries_from / "bin" / "dict.src.txt"), "--tgtdict",
-        str(dictionaries_from / "bin" / "dict.tgt.txt"), "--destdir", str(out), "--workers", "1",
+    preprocess(
+        ["--source-lang", "src", "--target-lang", "tgt", "--testpref", prepared / "raw" / split, "--srcdict",
+         dictionaries_from / "bin" / "dict.src.txt", "--tgtdict", dictionaries_from / "bin" / "dict.tgt.txt",
+         "--destdir", out, "--workers", "1"]
     )  # fmt: skip
     for side in ("src", "tgt"):
         for suffix in ("idx", "bin"):

@@ -13,6 +13,7 @@ from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_CFQ
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "examples" / "config"
 
 
+@pytest.mark.long(9)
 def test_hydra_train_then_generate_a_preset(tmp_path):
     data = write_copy_dataset(tmp_path / "data", {"train": (64, 2, 4), "valid": (9, 3, 5), "test": (11, 3, 5)})
     save = tmp_path / "ck"

@@ -70,6 +70,7 @@ PLANNED_VARIANTS = [
 ]
 
 
+@pytest.mark.long(14)
 def test_the_planned_model_config_is_what_fairseqs_parser_gives():
     """aggregate and sweep status tell outdated records without fairseq; they must see the model
     fairseq-train builds, preset, defaults and the variant's options included."""

@@ -114,6 +114,7 @@ def test_the_conventions_are_options_with_fairseqs_habits_as_defaults():
     assert defaults["value_path"] == "folded" and defaults["location_normalization"] == "softmax"
 
 
+@pytest.mark.long(15)
 def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp_path):
     """fairseq-monoattn-convert: a release state dict (as its train.py saves it) and vocabulary,
     onto data's dictionaries; the checkpoint loads through fairseq's loader and computes the

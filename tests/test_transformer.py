@@ -199,6 +199,7 @@ def test_alignments_are_the_location_weights_over_the_source_columns():
     assert (attn.masked_select(src.eq(D.pad()).unsqueeze(1).expand_as(attn)) == 0).all()
 
 
+@pytest.mark.long(12)
 def test_train_and_generate_through_fairseqs_commands(tmp_path):
     data = write_copy_dataset(tmp_path / "data", {"train": (96, 2, 5), "valid": (12, 3, 6), "test": (10, 3, 7)})
     save = tmp_path / "ck"

@@ -10,7 +10,10 @@ from fairseq_cli_helpers import USER_DIR, hypotheses, run_command
 
 @pytest.mark.parametrize(
     "arch, lr, epochs",
-    [("gru_mix_onestep", "3e-3", "6"), ("transformer_mix_onestep", "1e-3", "10")],  # Transformers want a lower lr
+    [  # Transformers want a lower lr
+        pytest.param("gru_mix_onestep", "3e-3", "6", marks=pytest.mark.long(26)),
+        pytest.param("transformer_mix_onestep", "1e-3", "10", marks=pytest.mark.long(47)),
+    ],
 )
 def test_translation_task_end_to_end(tmp_path, arch, lr, epochs):
     splits = translation_corpus.corpus(seed=0)
