@@ -22,6 +22,14 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--variant", default="default", metavar="NAME", help="which variant's records to table")
     parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="only the records of these training seeds, in every view (default: every seed)",
+    )
+    parser.add_argument(
         "--update",
         type=Path,
         default=None,
@@ -86,6 +94,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"error: no readable records under {args.results} (RESULTS/TASK/ARCH/VARIANT/seedN.json)", file=sys.stderr
         )
         return 1
+    if args.seeds is not None:
+        seeds = set(args.seeds)
+        kept = [r for r in records if r["seed"] in seeds]
+        if not kept:
+            found = ", ".join(str(seed) for seed in sorted({r["seed"] for r in records}))
+            parser.error(f"--seeds {' '.join(map(str, args.seeds))}: no records of them under {args.results}; "
+                         f"there are seeds {found}")  # fmt: skip
+        records = kept
     if args.release:
         from ..experiments.aggregate import read_release_records, release_table
         from ..experiments.runs import RecordError
