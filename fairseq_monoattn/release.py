@@ -140,16 +140,20 @@ def _rotate_back(dim: int, dtype: torch.dtype) -> torch.Tensor:
 RELEASE_CHECKOUT_FILES = ("train.py", "configs", "models", "preprocess", "LICENSE")
 
 
+def _lacks(folder: Path) -> List[str]:
+    """The files of RELEASE_CHECKOUT_FILES that ``folder`` does not have."""
+    return [name for name in RELEASE_CHECKOUT_FILES if not (folder / name).exists()]
+
+
 def check_release_checkout(folder, option: str = "--release") -> Path:
     """``folder``, resolved, when it is a checkout of the authors' release; else a ValueError that
     names ``option`` and what the folder lacks (one level up or down from the checkout is the
     usual mistake, so the message says where a checkout is when it is a neighbour)."""
     folder = Path(folder).resolve()
-    missing = [name for name in RELEASE_CHECKOUT_FILES if not (folder / name).exists()]
+    missing = _lacks(folder)
     if not missing:
         return folder
-    near = [p for p in [folder.parent, *(folder.glob("*/") if folder.is_dir() else [])]
-            if all((p / name).exists() for name in RELEASE_CHECKOUT_FILES)]  # fmt: skip
+    near = [p for p in [folder.parent, *(folder.glob("*/") if folder.is_dir() else [])] if not _lacks(p)]
     hint = f"; {near[0]} is one, did you mean it?" if near else ""
     what = "does not exist" if not folder.exists() else f"has no {', '.join(missing)}"
     raise ValueError(

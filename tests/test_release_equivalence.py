@@ -172,10 +172,12 @@ def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp
 
 def test_a_folder_that_is_not_the_release_is_refused_naming_the_option(tmp_path):
     checkout = tmp_path / "MonotonicLocationAttention"
+    checkout.mkdir()
     for name in RELEASE_CHECKOUT_FILES:  # folders, and train.py and LICENSE as files
-        path = checkout / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("") if name in ("train.py", "LICENSE") else path.mkdir()
+        if name in ("train.py", "LICENSE"):
+            (checkout / name).write_text("")
+        else:
+            (checkout / name).mkdir()
     assert check_release_checkout(checkout / "models" / "..") == checkout
     # the folder above the checkout: the message names the option, what is missing, and the checkout
     with pytest.raises(ValueError) as error:
