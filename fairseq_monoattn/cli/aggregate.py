@@ -27,8 +27,8 @@ def build_parser() -> Parser:
         nargs="+",
         default=None,
         metavar="N",
-        help="only the records under --results of these training seeds (default: every seed); --against pairs "
-        "runs by seed, so it compares those seeds only",
+        help="only the records under --results of these training seeds (None: every seed); --against pairs runs "
+        "by seed, so it compares those seeds only",
     )
     parser.add_argument(
         "--update",
