@@ -104,10 +104,13 @@ class GreedyDecoder:
         return self.decode(models, sample, encoder_out).hypotheses
 
     @torch.no_grad()
-    def decode(self, models, sample, encoder_out=None, attention_peaks: bool = False) -> "GreedyOutput":
+    def decode(
+        self, models, sample, encoder_out=None, attention_peaks: bool = False, logits: bool = False
+    ) -> "GreedyOutput":
         """The outputs of the batch, with the direction gate of each example (the decoder's
         ``extra["direction"]`` at the first step, or None) and, with ``attention_peaks``, how sharp
-        each example's attention was on its own output (see :class:`GreedyOutput`)."""
+        each example's attention was on its own output, with ``logits`` the decoder's output at
+        each example's steps (see :class:`GreedyOutput`)."""
         (model,) = models
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
@@ -120,9 +123,9 @@ class GreedyDecoder:
         tokens[:, 0] = self.eos
         active = torch.arange(batch, device=src_tokens.device)
         outputs: List[List[int]] = [[] for _ in range(batch)]
-        direction = peak_sums = None
+        direction = peak_sums = step_logits = None
         for step in range(max_len + 1):
-            logits, extra = model.decoder(tokens[active, : step + 1], encoder_out=encoder_out,
+            output, extra = model.decoder(tokens[active, : step + 1], encoder_out=encoder_out,
                                           incremental_state=incremental_state)  # fmt: skip
             extra = extra if isinstance(extra, dict) else {}
             if step == 0:
@@ -132,7 +135,11 @@ class GreedyDecoder:
                 if peak_sums is None:
                     peak_sums = weights.new_zeros(batch)
                 peak_sums[active] += weights.max(dim=-1).values  # max_i a_ti, summed over the steps
-            lprobs = model.get_normalized_probs((logits[:, -1:], None), log_probs=True)[:, -1]
+            if logits:
+                if step_logits is None:
+                    step_logits = output.new_zeros(batch, max_len + 1, output.size(-1))
+                step_logits[active, step] = output[:, -1]
+            lprobs = model.get_normalized_probs((output[:, -1:], None), log_probs=True)[:, -1]
             if step >= max_len:
                 chosen = torch.full_like(active, self.eos)
             else:
@@ -152,7 +159,9 @@ class GreedyDecoder:
         peaks = None
         if peak_sums is not None:  # each example took one step per output token
             peaks = peak_sums / peak_sums.new_tensor([len(output) for output in outputs])
-        return GreedyOutput(outputs, direction, peaks)
+        if step_logits is not None:
+            step_logits = step_logits[:, : step + 1]
+        return GreedyOutput(outputs, direction, peaks, step_logits)
 
 
 @dataclass
@@ -162,11 +171,29 @@ class GreedyOutput:
     ``attention_peaks`` (B,), the mean over an example's output steps of max_i a_ti, the largest
     weight a step put on one source position, or None (not asked for, or a decoder that returns no
     weights).  Where an output equals its target, its steps were the teacher-forced steps on the
-    target, so this is the target's peak too (to float rounding)."""
+    target, so this is the target's peak too (to float rounding).  ``logits`` (B, steps, V), when
+    asked for: the decoder's output at each of an example's steps, zeros after its last; where an
+    output equals its target, these are the teacher-forced pass's logits on the target (to float
+    rounding)."""
 
     hypotheses: List[List[int]]
     direction: Optional[torch.Tensor]
     attention_peaks: Optional[torch.Tensor]
+    logits: Optional[torch.Tensor] = None
+
+
+def wrong_rows(hypotheses, target: torch.Tensor, pad: int) -> torch.Tensor:
+    """The rows of a batch whose output in ``hypotheses`` is not its target (a row of ``target``
+    without its padding, EOS included), as indices on ``target``'s device."""
+    wrong = [row for row, (h, t) in enumerate(zip(hypotheses, target)) if not is_exact_match(h, strip_pad(t, pad))]
+    return torch.tensor(wrong, dtype=torch.long, device=target.device)
+
+
+def batch_rows(sample, rows: torch.Tensor):
+    """The examples ``rows`` of a batch, as a batch (their padding as it was)."""
+    net_input = {k: v.index_select(0, rows) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
+    return dict(sample, id=sample["id"].index_select(0, rows), net_input=net_input,
+                target=sample["target"].index_select(0, rows))  # fmt: skip
 
 
 def greedy_hypotheses(generator, models, sample, encoder_out=None) -> List[List[int]]:

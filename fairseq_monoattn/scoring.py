@@ -20,7 +20,15 @@ import torch
 
 from .dictionaries import DictionaryMismatch
 from .limits import SCORING_BATCH_SIZE
-from .metrics import GreedyDecoder, Tally, greedy_generator, greedy_hypotheses, is_exact_match, strip_pad
+from .metrics import (
+    GreedyDecoder,
+    Tally,
+    batch_rows,
+    greedy_generator,
+    greedy_hypotheses,
+    strip_pad,
+    wrong_rows,
+)
 
 # The direction gate mixes the encodings the cross-attention reads (its keys and values).
 GATE_APPLIES_TO = "cross-attention keys and values: g * e + (1 - g) * reverse(e)"
@@ -169,13 +177,6 @@ def teacher_forced_extra(model, sample) -> Dict[str, object]:
     return extra if isinstance(extra, dict) else {}
 
 
-def batch_rows(sample, rows: torch.Tensor):
-    """The examples ``rows`` of a batch, as a batch (their padding as it was)."""
-    net_input = {k: v.index_select(0, rows) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
-    return dict(sample, id=sample["id"].index_select(0, rows), net_input=net_input,
-                target=sample["target"].index_select(0, rows))  # fmt: skip
-
-
 def decode_batch(generator, models, sample, pad: int):
     """A batch's greedy outputs, direction gates (B,) or None and attention peaks on the targets
     (B,) or None.
@@ -200,10 +201,8 @@ def decode_batch(generator, models, sample, pad: int):
     direction = decoded.direction if decoded.direction is not None else direction_of(model, sample, {})
     peaks = decoded.attention_peaks
     if peaks is not None:
-        targets = [strip_pad(t, pad) for t in sample["target"]]
-        wrong = [i for i, (h, t) in enumerate(zip(decoded.hypotheses, targets)) if not is_exact_match(h, t)]
-        if wrong:
-            rows = torch.tensor(wrong, device=peaks.device)
+        rows = wrong_rows(decoded.hypotheses, sample["target"], pad)
+        if len(rows):
             forced = batch_rows(sample, rows)
             peaks = peaks.index_copy(
                 0, rows, attention_peaks(teacher_forced_extra(model, forced)["attention"], forced["target"], pad)

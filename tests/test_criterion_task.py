@@ -359,8 +359,8 @@ def test_validation_logs_the_direction_gate_of_every_source(tiny_copy):
     valid, logs, (task, model, seq_acc) = validation_with_parts(
         tiny_copy, batches, watch_model=lambda m: m.encoder.register_forward_hook(lambda *_: encoder_passes.append(1))
     )
-    # one teacher-forced pass (the loss, and the gate from it) and one greedy decoding a batch,
-    # which reads the encoder output of the teacher-forced pass
+    # one encoder pass a batch: the greedy decoding and the teacher-forced pass of the examples it
+    # got wrong (here all: the loss, and the gate from the decoding's first step) read its output
     assert len(encoder_passes) == len(batches)
     gates = []
     for indices, log in zip(batches, logs):
@@ -453,7 +453,7 @@ SCRIPTED_CORRECT = [2, 5, 5, 5, 5, 9, 9, 9, 9, 9, 9, 9]  # of 13 valid examples,
 
 @pytest.fixture
 def scripted_accuracy(monkeypatch):
-    """Replace greedy decoding in validation by the counts of SCRIPTED_CORRECT (by epoch)."""
+    """Replace the scoring of the greedy outputs in validation by the counts of SCRIPTED_CORRECT (by epoch)."""
     from fairseq_monoattn.tasks.length_generalization import LengthGeneralizationTask
 
     epochs = []
@@ -463,12 +463,12 @@ def scripted_accuracy(monkeypatch):
         epochs.append(epoch)
         return original_begin(self, epoch, model)
 
-    def greedy_tally(self, sample, model, encoder_out=None):
+    def tally(self, sample, hypotheses):
         size = len(sample["target"])
         return Tally(size=size, correct=round(SCRIPTED_CORRECT[epochs[-1] - 1] * size / 13), edit_distance=size)
 
     monkeypatch.setattr(LengthGeneralizationTask, "begin_valid_epoch", begin_valid_epoch)
-    monkeypatch.setattr(LengthGeneralizationTask, "greedy_tally", greedy_tally)
+    monkeypatch.setattr(LengthGeneralizationTask, "tally", tally)
     return [100 * c / 13 for c in SCRIPTED_CORRECT]
 
 

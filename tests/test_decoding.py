@@ -201,20 +201,13 @@ def test_the_greedy_decoder_gives_fairseqs_greedy_outputs(arch):
     assert lengths >= 3
 
 
-@pytest.mark.parametrize("arch", ALL_ARCHS + sorted(TRANSFORMER_PRESETS))
-def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_the_output_is_the_target(arch):
-    """The scorer's attention peak is a teacher-forced quantity: where an output equals its target,
-    decode_batch keeps it from the greedy decoding, and runs the teacher-forced pass on the other
-    examples only.  Against one teacher-forced pass over the whole batch (what it replaces), with
-    half the targets the model's own outputs and half not: the same peaks (1e-10, float64), the
-    same gates and the same outputs."""
+def half_its_own_outputs(model, generator):
+    """A batch of SOURCES whose even rows have the model's own greedy outputs as targets and whose
+    odd rows have targets it does not decode (the copies of their sources), and those outputs."""
     from fairseq.data import data_utils
 
-    from fairseq_monoattn.metrics import GreedyDecoder, strip_pad
-    from fairseq_monoattn.scoring import attention_peaks, decode_batch, direction_of, teacher_forced_extra
+    from fairseq_monoattn.metrics import strip_pad
 
-    model = build(arch, D, seed=3).to(torch.float64)
-    generator = GreedyDecoder(D, max_len_b=40)
     sources = batch(D, SOURCES)
     outputs = generator.generate([model], sources)
     targets = [
@@ -223,12 +216,29 @@ def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_t
     ]
     sample = dict(sources)
     sample["target"] = data_utils.collate_tokens(targets, D.pad())
+    sample["ntokens"] = int(sample["target"].ne(D.pad()).sum())
     sample["net_input"] = dict(
         sources["net_input"],
         prev_output_tokens=data_utils.collate_tokens(targets, D.pad(), D.eos(), move_eos_to_beginning=True),
     )
     matching = [strip_pad(t, D.pad()) == o for t, o in zip(sample["target"], outputs)]
     assert matching[0::2] == [True] * 3 and not any(matching[1::2])  # both kinds of example are there
+    return sample, outputs
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS + sorted(TRANSFORMER_PRESETS))
+def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_the_output_is_the_target(arch):
+    """The scorer's attention peak is a teacher-forced quantity: where an output equals its target,
+    decode_batch keeps it from the greedy decoding, and runs the teacher-forced pass on the other
+    examples only.  Against one teacher-forced pass over the whole batch (what it replaces), with
+    half the targets the model's own outputs and half not: the same peaks (1e-10, float64), the
+    same gates and the same outputs."""
+    from fairseq_monoattn.metrics import GreedyDecoder
+    from fairseq_monoattn.scoring import attention_peaks, decode_batch, direction_of, teacher_forced_extra
+
+    model = build(arch, D, seed=3).to(torch.float64)
+    generator = GreedyDecoder(D, max_len_b=40)
+    sample, outputs = half_its_own_outputs(model, generator)
     with torch.no_grad():
         hypotheses, gates, peaks = decode_batch(generator, [model], sample, D.pad())
         extra = teacher_forced_extra(model, sample)
@@ -244,3 +254,88 @@ def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_t
     else:
         assert peaks.shape == (len(SOURCES),)
         torch.testing.assert_close(peaks, expected_peaks, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS + sorted(TRANSFORMER_PRESETS))
+def test_greedy_decoding_keeps_each_steps_logits_which_are_the_teacher_forced_ones_on_its_output(arch):
+    """GreedyDecoder.decode(logits=True): at each step of an example, the decoder's output there,
+    zeros after its last step; on the decoded outputs as targets (the runaway ones too, cut at the
+    limit with the EOS the decoder forces) the teacher-forced pass gives the same logits (1e-10,
+    float64)."""
+    from fairseq.data import data_utils
+
+    from fairseq_monoattn.metrics import GreedyDecoder
+
+    model = build(arch, D, seed=3).to(torch.float64)
+    sources = batch(D, SOURCES)
+    decoded = GreedyDecoder(D, max_len_b=12).decode([model], sources, logits=True)
+    outputs = [torch.tensor(output) for output in decoded.hypotheses]
+    lengths = torch.tensor([len(output) for output in outputs])
+    assert decoded.logits.shape == (len(SOURCES), int(lengths.max()), len(D))
+    with torch.no_grad():
+        forced, _ = model(
+            src_tokens=sources["net_input"]["src_tokens"],
+            src_lengths=sources["net_input"]["src_lengths"],
+            prev_output_tokens=data_utils.collate_tokens(outputs, D.pad(), D.eos(), move_eos_to_beginning=True),
+        )
+    steps = torch.arange(decoded.logits.size(1)).unsqueeze(0) < lengths.unsqueeze(1)  # (B, steps)
+    torch.testing.assert_close(decoded.logits[steps], forced[steps], rtol=0, atol=1e-10)
+    assert not decoded.logits[~steps].any()
+
+
+def ending_on_their_own(arch):
+    """``arch`` (float64) whose greedy outputs of the even rows of SOURCES end with an EOS it chose,
+    before 40 tokens: the GRU presets' EOS bias raised in steps of 0.5 until they do."""
+    from fairseq_monoattn.metrics import GreedyDecoder
+
+    model = build(arch, D, seed=3).to(torch.float64)
+    for _ in range(9):
+        outputs = GreedyDecoder(D, max_len_b=40).generate([model], batch(D, SOURCES))
+        if all(len(output) <= 40 for output in outputs[0::2]):
+            return model
+        with torch.no_grad():
+            model.decoder.out_bias[D.eos()] += 0.5
+    raise AssertionError(f"{arch}: no EOS bias up to +4 ends the outputs")
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS + sorted(TRANSFORMER_PRESETS))
+def test_validation_takes_the_teacher_forced_pass_from_the_decoding_where_the_output_is_the_target(arch):
+    """--eval-accuracy validation decodes every example greedily; where an output equals its target
+    the decoding went through the teacher-forced steps, so the criterion's loss, token and sequence
+    counts and gate are taken from it, and only the other examples get a teacher-forced pass.  Against
+    what it replaces (the criterion's own pass over the whole batch, then the decoding), with half the
+    targets the model's own outputs and half not, label smoothing on: the same loss and nll (1e-10,
+    float64), the same counts."""
+    from fairseq_monoattn.criterions.sequence_accuracy import SequenceAccuracyCriterion
+    from fairseq_monoattn.metrics import GreedyDecoder
+    from fairseq_monoattn.tasks.length_generalization import LengthGeneralizationConfig, LengthGeneralizationTask
+
+    model = ending_on_their_own(arch)
+    task = LengthGeneralizationTask(LengthGeneralizationConfig(eval_accuracy=True), D, D)
+    task.greedy_generator = GreedyDecoder(D)
+    sample, _ = half_its_own_outputs(model, GreedyDecoder(D, max_len_b=40))
+    criterion = SequenceAccuracyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    passes = []
+    model.encoder.register_forward_hook(lambda _module, args, _out: passes.append(("encoder", len(args[0]))))
+    model.decoder.register_forward_hook(lambda _module, args, _out: passes.append(("decoder", args[0].shape)))
+    loss, size, log = task.valid_step(sample, model, criterion)
+    # the encoder once, then the decoding's steps, then the decoder over the two examples decoded wrong
+    assert passes[0] == ("encoder", 5) and passes[-1] == ("decoder", (2, sample["target"].size(1)))
+    assert [kind for kind, _ in passes].count("encoder") == 1
+    passes.clear()
+    with torch.no_grad():
+        expected_loss, expected_size, expected = criterion(model, sample)
+        tally = task.greedy_tally(sample, model)
+    assert (log["_acc_total"], log["_acc_correct"], log["_acc_edit_distance"]) == (
+        tally.size,
+        tally.correct,
+        tally.edit_distance,
+    )
+    assert tally.correct == 3 and size == expected_size
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-10, atol=0)
+    torch.testing.assert_close(log["nll_loss"], expected["nll_loss"], rtol=1e-10, atol=0)
+    counts = ("ntokens", "nsentences", "n_correct_tokens", "n_correct_sequences", "_gate_forward", "_gate_total")
+    assert {k: log.get(k) for k in counts} == {k: expected.get(k) for k in counts}
+    assert ("_gate_sum" in log) == ("_gate_sum" in expected)
+    if "_gate_sum" in expected:
+        assert log["_gate_sum"] == pytest.approx(expected["_gate_sum"], rel=1e-12)

@@ -89,7 +89,12 @@ class SequenceAccuracyCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         """(loss summed over tokens, gradient denominator, logging output of sums);
         the loss is always summed (``reduce`` is accepted for fairseq's signature only)."""
-        net_output = model(**sample["net_input"])
+        return self.score_output(model, sample, model(**sample["net_input"]))
+
+    def score_output(self, model, sample, net_output):
+        """``forward``'s result for the teacher-forced output ``net_output`` of ``model`` on
+        ``sample`` (logits (B, T, V), extra), however it was computed: validation assembles it from
+        the greedy decoding's steps (``length_generalization``)."""
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         target = model.get_targets(sample, net_output)
         loss, nll = smoothed_nll(lprobs, target, self.epsilon, self.padding_idx)

@@ -19,8 +19,9 @@ options) with defaults that never drop long examples and greedy exact-match vali
   ``--patience`` and ``--lr-scheduler reduce_lr_on_plateau`` then follow it.  A model with a
   direction gate also logs ``direction_gate`` (the mean gate g over the validation sources: 1
   reads the encodings forward, 0 reversed) and ``reads_forward`` (percent of sources with
-  g > 0.5), so a run's log shows when the reading direction settles; the ``seq_acc``
-  criterion counts them from its own teacher-forced pass.
+  g > 0.5), so a run's log shows when the reading direction settles.  With the ``seq_acc``
+  criterion and the plugin's models the teacher-forced pass behind the validation loss is taken
+  from the greedy decoding for every example decoded right (``valid_step_from_decoding``).
 """
 
 import functools
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from fairseq import utils
 from fairseq.data import iterators
 from fairseq.dataclass import ChoiceEnum
@@ -42,7 +44,16 @@ from ..criterions.sequence_accuracy import GATE_COUNTS
 from ..dictionaries import check_dictionaries, symbols
 from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
-from ..metrics import Tally, greedy_generator, greedy_hypotheses, strip_pad, summed_ratio
+from ..metrics import (
+    GreedyDecoder,
+    GreedyOutput,
+    Tally,
+    greedy_generator,
+    greedy_hypotheses,
+    strip_pad,
+    summed_ratio,
+    wrong_rows,
+)
 from ..optim import foreach_adam_step
 from ..recipes import DATASET_OPTIONS, TASK_DEFAULTS, option_words
 from .batches import ArrayPairDataset
@@ -352,6 +363,8 @@ class LengthGeneralizationTask(TranslationTask):
     def valid_step(self, sample, model, criterion):
         if not self.cfg.eval_accuracy:
             return super().valid_step(sample, model, criterion)
+        if isinstance(self.greedy_generator, GreedyDecoder) and hasattr(criterion, "score_output"):
+            return self.valid_step_from_decoding(sample, model, criterion)
         # the teacher-forced pass (the criterion's) and greedy decoding read the same encoder
         # output of the same sources (evaluation mode: no dropout): compute it once
         encoder_outputs = []
@@ -365,21 +378,59 @@ class LengthGeneralizationTask(TranslationTask):
         logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
         return loss, sample_size, logging_output
 
-    def greedy_tally(self, sample, model, encoder_out=None) -> Tally:
-        """Greedy outputs of one batch scored against its targets (token ids, EOS included).
+    def valid_step_from_decoding(self, sample, model, criterion):
+        """``valid_step`` with the teacher-forced pass taken from the greedy decoding where it can
+        be: an output equal to its target (EOS included) was decoded through the teacher-forced
+        steps on that target, so its logits are kept from the decoding (the same numbers as the
+        full pass to float rounding, as incremental decoding is), and only the examples decoded
+        wrong get a teacher-forced pass of the decoder, on the same encoder output.  The criterion
+        scores the assembled output as its own."""
+        model.eval()
+        net_input = sample["net_input"]
+        with torch.no_grad():
+            encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
+            decoded = self.greedy_decoding(sample, model, encoder_out, logits=True)
+            target = sample["target"]
+            width = min(decoded.logits.size(1), target.size(1))
+            logits = decoded.logits.new_zeros(target.size(0), target.size(1), decoded.logits.size(2))
+            logits[:, :width] = decoded.logits[:, :width]
+            rows = wrong_rows(decoded.hypotheses, target, self.tgt_dict.pad())
+            if len(rows):
+                forced, _ = model.decoder(
+                    net_input["prev_output_tokens"].index_select(0, rows),
+                    encoder_out=model.encoder.reorder_encoder_out(encoder_out, rows),
+                    src_lengths=net_input["src_lengths"].index_select(0, rows),
+                )
+                logits.index_copy_(0, rows, forced)
+            loss, sample_size, logging_output = criterion.score_output(
+                model, sample, (logits, {"direction": decoded.direction})
+            )
+        tally = self.tally(sample, decoded.hypotheses)
+        logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
+        return loss, sample_size, logging_output
 
-        Decoding stops after (longest target of the batch) + 1 tokens, EOS included.  An
-        output still running by then is longer than every target of the batch, so it is
-        wrong whatever it would have become: exact match is unaffected.  Its edit distance
-        is that of the cut output, a lower bound of the uncut one.
-        """
-        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
+    def greedy_decoding(self, sample, model, encoder_out=None, logits: bool = False):
+        """The greedy outputs of one batch, at most (longest target of the batch) + 1 tokens, EOS
+        included (an output still running by then is longer than every target of the batch, so it
+        is wrong whatever it would have become: exact match is unaffected, and its edit distance is
+        that of the cut output, a lower bound of the uncut one).  A :class:`GreedyOutput` from the
+        plugin's ``GreedyDecoder`` (with ``logits``: its steps' logits), else the hypotheses."""
         # at most max_len_b tokens before the EOS the generator forces
-        self.greedy_generator.max_len_b = longest_target(sample, pad)
-        hypotheses = greedy_hypotheses(self.greedy_generator, [model], sample, encoder_out)
-        targets = [strip_pad(row, pad) for row in sample["target"]]
+        self.greedy_generator.max_len_b = longest_target(sample, self.tgt_dict.pad())
+        if isinstance(self.greedy_generator, GreedyDecoder):
+            return self.greedy_generator.decode([model], sample, encoder_out, logits=logits)
+        return greedy_hypotheses(self.greedy_generator, [model], sample, encoder_out)
+
+    def greedy_tally(self, sample, model, encoder_out=None) -> Tally:
+        """Greedy outputs of one batch (``greedy_decoding``) scored against its targets."""
+        decoded = self.greedy_decoding(sample, model, encoder_out)
+        return self.tally(sample, decoded.hypotheses if isinstance(decoded, GreedyOutput) else decoded)
+
+    def tally(self, sample, hypotheses) -> Tally:
+        """The batch's outputs ``hypotheses`` (token ids, EOS included) scored against its targets."""
+        targets = [strip_pad(row, self.tgt_dict.pad()) for row in sample["target"]]
         tally = Tally()
-        tally.add(hypotheses, targets, eos)
+        tally.add(hypotheses, targets, self.tgt_dict.eos())
         if self.cfg.eval_accuracy_print_samples:
             self.print_samples(hypotheses, targets)
         return tally
