@@ -339,3 +339,17 @@ def test_validation_takes_the_teacher_forced_pass_from_the_decoding_where_the_ou
     assert ("_gate_sum" in log) == ("_gate_sum" in expected)
     if "_gate_sum" in expected:
         assert log["_gate_sum"] == pytest.approx(expected["_gate_sum"], rel=1e-12)
+
+
+@pytest.mark.parametrize("arch", ["gru_content", "gru_mix_locattn_s_pr"])
+def test_decoding_makes_the_step_readout_once_and_keeps_it_in_the_incremental_state(arch):
+    """The readout weights (the attention's rows, the location heads multiplied out, the GRU's hidden
+    gates) do not change between the steps of a decoding: made at its first step, kept after; a
+    beam search over the kept weights gives the full pass's scores (test_incremental_* above)."""
+    model = build(arch, D, seed=1)
+    made = []
+    readout = model.decoder.attention.step_readout
+    model.decoder.attention.step_readout = lambda: made.append(1) or readout()
+    with torch.no_grad():
+        hypotheses = SequenceGenerator([model], D, beam_size=5, max_len_b=12).generate([model], batch(D, SOURCES))
+    assert len(made) == 1 and all(len(h[0]["tokens"]) > 1 for h in hypotheses)

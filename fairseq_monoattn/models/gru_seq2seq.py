@@ -401,12 +401,8 @@ class GRUDecoder(FairseqIncrementalDecoder):
         # at once (it does not depend on the recurrence), the context's part step by step
         input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih).unbind(1)
         context_weight = cell.weight_ih[:, embed_dim:]
-        # what reads h_{t-1}: the attention's readout and, with one layer, the GRU's hidden gates
-        # W_h h_{t-1} + b_h, in one matrix product
-        read_weight, read_bias, sizes = self.attention.step_readout()
+        read_weight, read_bias, sizes = self.step_readout(incremental_state)
         merged = self.num_layers == 1
-        if merged:
-            read_weight, read_bias = torch.cat([read_weight, cell.weight_hh]), torch.cat([read_bias, cell.bias_hh])
         step_memory = memory
         if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
             read_map, context_map = StepLinear(read_weight, read_bias), StepLinear(context_weight)
@@ -442,6 +438,24 @@ class GRUDecoder(FairseqIncrementalDecoder):
         if self.need_attn and not self.training:
             attn = source_layout_attention(attention, encoder_out)
         return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
+
+    def step_readout(self, incremental_state=None):
+        """(weight, bias, sizes) of what a step reads off h_{t-1} in one matrix product: the
+        attention's readout (its rows of ``sizes``) and, with one layer, the GRU's hidden gates
+        W_h h_{t-1} + b_h below it.  Decoding keeps them in the incremental state: the weights do
+        not change between the steps of one decoding, and making them (concatenating the matrices,
+        multiplying out the location heads) is a fixed cost of every step."""
+        if incremental_state is not None:
+            kept = self.get_incremental_state(incremental_state, "readout")
+            if kept is not None:
+                return kept["weight"], kept["bias"], kept["sizes"]
+        weight, bias, sizes = self.attention.step_readout()
+        if self.num_layers == 1:
+            cell = self.cells[0]
+            weight, bias = torch.cat([weight, cell.weight_hh]), torch.cat([bias, cell.bias_hh])
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "readout", {"weight": weight, "bias": bias, "sizes": sizes})
+        return weight, bias, sizes
 
     def output_layer(self, features):
         x = self.out_proj(features)
