@@ -115,23 +115,23 @@ def assert_incremental_equals_full(model, dictionary, sources, beam: int, max_le
             assert torch.allclose(full, hypo["positional_scores"], atol=1e-5), (beam, i)
 
 
-def assert_padding_invariant(model, dictionary, sources):
-    """Alone or in a batch with longer and shorter examples: the same hypotheses and scores, and
-    the same teacher-forced logits."""
+def assert_padding_invariant(model, dictionary, sources, atol=1e-5):
+    """Alone or in a batch with longer and shorter examples: the same hypotheses, and the same
+    scores and teacher-forced logits to ``atol``."""
     generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=40)
     together = generator.generate([model], batch(dictionary, sources))
     for i, source in enumerate(sources):
         alone = generator.generate([model], batch(dictionary, [source]))[0]
         for a, b in zip(alone, together[i]):
             assert torch.equal(a["tokens"], b["tokens"]), i
-            assert torch.allclose(a["positional_scores"], b["positional_scores"], atol=1e-5), i
+            assert torch.allclose(a["positional_scores"], b["positional_scores"], atol=atol), i
     targets = [s[::-1] for s in sources]
     full = batch(dictionary, sources, targets)
     logits, _ = model(**full["net_input"])
     for i, (source, target) in enumerate(zip(sources, targets)):
         one = batch(dictionary, [source], [target])
         alone, _ = model(**one["net_input"])
-        assert torch.allclose(alone[0], logits[i, : len(target) + 1], atol=1e-5), i
+        assert torch.allclose(alone[0], logits[i, : len(target) + 1], atol=atol), i
 
 
 def greedy_decoder_lengths(model, dictionary, sample, max_len_a, max_len_b, before_each=lambda: None):

@@ -37,8 +37,11 @@ def test_incremental_decoding_scores_equal_full_pass(arch, beam):
 
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_padding_invariance(arch):
-    """Alone or in a batch with longer and shorter examples: same hypotheses, same scores."""
-    assert_padding_invariant(build(arch, D, seed=2), D, SOURCES)
+    """Alone or in a batch with longer and shorter examples: same hypotheses, same scores.  In
+    float64: a location focus that steps across a position boundary amplifies rounding (MonoAttn on
+    the 30-digit source: 2e-16 to 2e-14 in float64 over steps 23-28, 2.5e-7 to 1.3e-5 in float32),
+    which a float32 tolerance would mistake for a dependence on the batch."""
+    assert_padding_invariant(build(arch, D, seed=2).double(), D, SOURCES, atol=1e-10)
 
 
 def with_dwell_count(arch, seed, **options):
@@ -59,7 +62,7 @@ def test_a_dwell_count_decodes_incrementally_as_its_full_pass_and_ignores_paddin
     model = with_dwell_count(arch, 1, **options)
     for beam in (1, 5):
         assert_incremental_equals_full(model, D, SOURCES, beam)
-    assert_padding_invariant(with_dwell_count(arch, 2, **options), D, SOURCES)
+    assert_padding_invariant(with_dwell_count(arch, 2, **options).double(), D, SOURCES, atol=1e-10)
     # the count changes the function once its weight is not 0
     sample = batch(D, SOURCES, SOURCES)
     plain = build(arch, D, seed=1, dwell_count=True, **options)

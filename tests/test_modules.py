@@ -637,3 +637,35 @@ def test_the_cpp_step_nodes_refuse_what_they_cannot_compute():
     assert (
         torch.autograd.grad(kernels.gru_step(x, x, torch.zeros(3, 4, dtype=torch.float64)).sum(), x)[0].shape == x.shape
     )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"linear_init": "pytorch"},
+        {"linear_init": "xavier"},
+        {"value_path": "two"},
+        {"value_path": "two", "linear_init": "xavier"},
+    ],
+)
+def test_the_values_output_map_read_after_the_read_is_the_map_of_the_read_values(options):
+    """sum_i a_i v_i with v_i = A u_i + b equals [A | b] applied to sum_i a_i [u_i; 1] (values of
+    prepare(value_output=False), the map of value_output_map), whatever the weights sum to: here
+    rows summing to 0.3, to 1 and to 0, and a padded row."""
+    torch.manual_seed(0)
+    attention = CrossAttention(6, 4, scorer=ContentScores, **options).double()
+    e, lengths = torch.randn(3, 5, 6, dtype=torch.float64), torch.tensor([5, 5, 3])
+    weights = torch.rand(3, 5, dtype=torch.float64)
+    weights[0] *= 0.3 / weights[0].sum()
+    weights[1] /= weights[1].sum()
+    weights[2] = 0.0
+    full = attention.prepare(e, None, lengths)["values"]
+    before = attention.prepare(e, None, lengths, value_output=False)["values"]
+    has_bias = options.get("linear_init", "pytorch") == "pytorch"
+    assert before.shape == (3, 5, 4 + has_bias)
+    output_map = attention.value_output_map()
+    assert output_map.shape == (4, 4 + has_bias)
+    want = torch.einsum("bs,bsd->bd", weights, full)
+    got = torch.einsum("bs,bsd->bd", weights, before) @ output_map.t()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert not torch.allclose(want[0], want[1])

@@ -358,8 +358,12 @@ class GRUDecoder(FairseqIncrementalDecoder):
 
     def _start_state(self, encoder_out):
         summary = encoder_rows(encoder_out, "summary")
+        # the values' output map is applied after the read, folded into the context's input gates
         memory = self.attention.prepare(
-            encoder_rows(encoder_out, "encodings"), summary[-1], encoder_rows(encoder_out, "lengths")
+            encoder_rows(encoder_out, "encodings"),
+            summary[-1],
+            encoder_rows(encoder_out, "lengths"),
+            value_output=False,
         )
         state = {"hidden": self.initial_hidden(summary)}
         if self.attention.tracks_position:
@@ -400,8 +404,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
         # at once (it does not depend on the recurrence), the context's part step by step
         input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih).unbind(1)
-        context_weight = cell.weight_ih[:, embed_dim:]
-        read_weight, read_bias, sizes = self.step_readout(incremental_state)
+        read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state)
         merged = self.num_layers == 1
         step_memory = memory
         if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
@@ -439,23 +442,29 @@ class GRUDecoder(FairseqIncrementalDecoder):
             attn = source_layout_attention(attention, encoder_out)
         return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
 
-    def step_readout(self, incremental_state=None):
-        """(weight, bias, sizes) of what a step reads off h_{t-1} in one matrix product: the
-        attention's readout (its rows of ``sizes``) and, with one layer, the GRU's hidden gates
-        W_h h_{t-1} + b_h below it.  Decoding keeps them in the incremental state: the weights do
-        not change between the steps of one decoding, and making them (concatenating the matrices,
-        multiplying out the location heads) is a fixed cost of every step."""
+    def step_maps(self, incremental_state=None):
+        """The weights of a step's two products: (weight, bias, sizes) of what it reads off h_{t-1}
+        in one product, the attention's readout (its rows of ``sizes``) and, with one layer, the
+        GRU's hidden gates W_h h_{t-1} + b_h below it; and the context's share of the first layer's
+        input gates, W_c (A r_t + b s_t) = [W_c A | W_c b] [r_t; s_t], which applies the values'
+        output map v = A u + b to the read r_t = sum_i a_ti u_i (s_t = sum_i a_ti, the values' last
+        entry; ``CrossAttention.prepare``).  Decoding keeps them in the incremental state: the
+        weights do not change between the steps of one decoding, and making them (concatenating
+        the matrices, multiplying out the location heads and the output map) is a fixed cost."""
         if incremental_state is not None:
-            kept = self.get_incremental_state(incremental_state, "readout")
+            kept = self.get_incremental_state(incremental_state, "step_maps")
             if kept is not None:
-                return kept["weight"], kept["bias"], kept["sizes"]
-        weight, bias, sizes = self.attention.step_readout()
+                return kept["read_weight"], kept["read_bias"], kept["sizes"], kept["context_weight"]
+        read_weight, read_bias, sizes = self.attention.step_readout()
+        cell = self.cells[0]
         if self.num_layers == 1:
-            cell = self.cells[0]
-            weight, bias = torch.cat([weight, cell.weight_hh]), torch.cat([bias, cell.bias_hh])
+            read_weight = torch.cat([read_weight, cell.weight_hh])
+            read_bias = torch.cat([read_bias, cell.bias_hh])
+        context_weight = cell.weight_ih[:, self.embed_tokens.embedding_dim :] @ self.attention.value_output_map()
         if incremental_state is not None:
-            self.set_incremental_state(incremental_state, "readout", {"weight": weight, "bias": bias, "sizes": sizes})
-        return weight, bias, sizes
+            kept = dict(read_weight=read_weight, read_bias=read_bias, sizes=sizes, context_weight=context_weight)
+            self.set_incremental_state(incremental_state, "step_maps", kept)
+        return read_weight, read_bias, sizes, context_weight
 
     def output_layer(self, features):
         x = self.out_proj(features)

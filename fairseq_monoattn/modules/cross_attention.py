@@ -15,6 +15,9 @@ focus counts how long it stays, location.py), one number per sequence each.
 
 The paper's output map o_t = f_o(sum_i a_ti v_i) is folded into the values: attention
 weights sum to one (or to zero), so f_o(sum a v) = sum a f_o(v), computed once per sequence.
+A caller whose next step is linear in o_t (the GRU decoder's input gates) can instead read the
+values before that map, u_i (``prepare(..., value_output=False)``), and fold the map into its
+own weights (``value_output_map``): one product per step instead of one per source position.
 Everything a step reads off h_{t-1} (q_t, l_t or the location heads, the mixing logit) comes
 from one linear map, split afterwards: one matrix product per step instead of three.
 With a direction gate (direction_gate.py) keys and values read e_dir instead of e.
@@ -189,13 +192,28 @@ class CrossAttention(nn.Module):
     def context_dim(self) -> int:
         return self.values[-1].out_features
 
-    def prepare(self, encodings: torch.Tensor, summary: Optional[torch.Tensor], lengths: torch.Tensor) -> Memory:
-        """Per-sequence work, done once before decoding: everything a step needs, batch-first."""
+    def prepare(
+        self,
+        encodings: torch.Tensor,
+        summary: Optional[torch.Tensor],
+        lengths: torch.Tensor,
+        value_output: bool = True,
+    ) -> Memory:
+        """Per-sequence work, done once before decoding: everything a step needs, batch-first.
+        ``value_output=False``: the values stop before their output map, u_i = LeakyReLU(W_1 e_i +
+        b_1), with a last entry 1 when the map has a bias, for a caller that applies the map
+        (``value_output_map``) after reading them: sum_i a_ti (A u_i + b) = A (sum_i a_ti u_i) + b
+        sum_i a_ti, a product per step where the values' map is one per source position."""
         width = encodings.size(1)
         memory = {"padding_mask": padding_mask(lengths, width)}
         if self.direction_gate is not None:
             encodings, memory["direction"] = self.direction_gate(encodings, summary, lengths)
-        memory["values"] = self.values(encodings)
+        if value_output:
+            memory["values"] = self.values(encodings)
+        else:
+            activations = self.values[1](self.values[0](encodings))
+            has_bias = any(layer.bias is not None for layer in list(self.values)[2:])
+            memory["values"] = F.pad(activations, (0, 1), value=1.0) if has_bias else activations
         if self.location is not None:
             # positions, steps and widths in float32 at least: in float16 a position i / (L - 1) of a
             # long source is off by 1e-3, a whole focus width sigma = 0.27 / L
@@ -220,6 +238,18 @@ class CrossAttention(nn.Module):
         if "dwell" in state:
             new["dwell"] = state["dwell"] if steps is None else self.location.next_dwell(state["dwell"], steps)
         return new
+
+    def value_output_map(self) -> torch.Tensor:
+        """The value path's linear maps after its activation, multiplied out into one affine map
+        v = A u + b (W_o, or W_o W_v with the two-matrix path), as one matrix [A | b] (D, D + 1), or
+        A (D, D) without a bias: it reads the values of ``prepare(..., value_output=False)``."""
+        weight = bias = None
+        for layer in list(self.values)[2:]:
+            weight = layer.weight if weight is None else layer.weight @ weight
+            bias = None if bias is None else layer.weight @ bias
+            if layer.bias is not None:
+                bias = layer.bias if bias is None else bias + layer.bias
+        return weight if bias is None else torch.cat([weight, bias.unsqueeze(1)], dim=1)
 
     def step_readout(self) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
         """(weight, bias, sizes) of the one linear map a step reads off h_{t-1}: rows [query |
