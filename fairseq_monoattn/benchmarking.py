@@ -494,7 +494,9 @@ def print_compiled(archs) -> None:
 def update_profile(arch: str, updates: int = 10, sentences: int = 32) -> dict:
     """One process's cost of a training update (forward, backward, Adam) of ``arch`` (or, with
     ``arch`` = "lstm" or "transformer", fairseq's reference model) on Copy batches of 5-10 digits:
-    milliseconds an update, ATen operator calls an update and how many of them are matrix products."""
+    milliseconds an update, ATen operator calls an update, how many of them are matrix products and
+    the products' floating-point operations (GFLOP an update, torch.profiler's count of ``mm``,
+    ``addmm`` and ``bmm``, those the C++ kernels call included)."""
     from torch.profiler import ProfilerActivity, profile
 
     dictionary = digit_dictionary()
@@ -513,15 +515,16 @@ def update_profile(arch: str, updates: int = 10, sentences: int = 32) -> dict:
     for sample in batches:
         update(sample)
     seconds = time.perf_counter() - start
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as profiler:
         for sample in batches:
             update(sample)
     events = [event for event in profiler.key_averages() if event.key.startswith("aten::")]
-    products = sum(event.count for event in events if event.key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    products = [event for event in events if event.key in ("aten::mm", "aten::addmm", "aten::bmm")]
     return {
         "ms": 1e3 * seconds / updates,
         "calls": sum(event.count for event in events) / updates,
-        "products": products / updates,
+        "products": sum(event.count for event in products) / updates,
+        "gflops": sum(event.flops for event in products) / updates / 1e9,
     }
 
 
@@ -529,12 +532,13 @@ def print_update_profile(archs) -> None:
     """The Markdown table of ``update_profile`` for the reference models and ``archs``."""
     references = ["transformer"] if all(a.startswith("transformer_") for a in archs) else ["lstm"]
     print("\none training update in this process (batch 32, Copy of 5-10 digits; forward, backward, Adam)")
-    print("| model | ms an update | ATen calls an update | of which matrix products |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| model | ms an update | ATen calls an update | of which matrix products | their GFLOP |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for arch in references + list(archs):
         row = update_profile(arch)
         name = f"{arch} (fairseq)" if arch in references else arch
-        print(table_row([name, f"{row['ms']:.1f}", f"{row['calls']:.0f}", f"{row['products']:.0f}"]))
+        print(table_row([name, f"{row['ms']:.1f}", f"{row['calls']:.0f}", f"{row['products']:.0f}",
+                         f"{row['gflops']:.3f}"]))  # fmt: skip
 
 
 # -- command line ------------------------------------------------------------------------

@@ -57,13 +57,16 @@ def test_decoding_breakdown_times_the_attention_inside_the_decoder_steps():
 @pytest.mark.long(8)
 def test_update_profile_counts_the_operator_calls_of_a_training_update():
     """The plugin's update makes matrix products among its operator calls, as fairseq's lstm does; a
-    preset with more decoder work (MonoAttn's location focus) makes more calls than Content."""
+    preset with more decoder work (MonoAttn's location focus) makes more calls than Content, and
+    fewer operations in its products (no keys, no content query), which are fewer than the lstm's
+    (three gates a step, not four)."""
     lstm = benchmarking.update_profile("lstm", updates=2, sentences=4)
     content = benchmarking.update_profile("gru_content", updates=2, sentences=4)
     monoattn = benchmarking.update_profile("gru_monoattn", updates=2, sentences=4)
     for row in (lstm, content, monoattn):
         assert row["ms"] > 0 and 0 < row["products"] < row["calls"]
     assert monoattn["calls"] > content["calls"]
+    assert 0 < monoattn["gflops"] < content["gflops"] < lstm["gflops"]
 
 
 def test_the_update_split_nests_the_model_in_the_trainer_in_the_loop_and_prints_the_bound(monkeypatch, capsys):
