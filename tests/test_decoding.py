@@ -356,3 +356,43 @@ def test_decoding_makes_the_step_readout_once_and_keeps_it_in_the_incremental_st
     with torch.no_grad():
         hypotheses = SequenceGenerator([model], D, beam_size=5, max_len_b=12).generate([model], batch(D, SOURCES))
     assert len(made) == 1 and all(len(h[0]["tokens"]) > 1 for h in hypotheses)
+
+
+@pytest.mark.parametrize(
+    "arch, options",
+    [
+        ("gru_monoattn", {}),
+        ("gru_mix_locattn_s_pr", {"linear_init": "pytorch"}),  # the values' output map with a bias
+        ("gru_mix_locattn_s", {"value_path": "two", "attention_query_bias": False}),
+        ("gru_content", {"decoder_layers": 2}),
+    ],
+)
+def test_the_values_output_map_folded_into_the_input_gates_is_the_same_function(arch, options, monkeypatch):
+    """The decoder applies the values' output map at every source position or leaves it to the
+    context's input gates (W_c A multiplied out), whichever takes fewer operations: both give the
+    same logits and parameter gradients (1e-10, float64), and the choice follows the batch's
+    source positions against the input gates' rows."""
+    from fairseq_monoattn.models.gru_seq2seq import GRUDecoder
+
+    model = build(arch, D, seed=5, **options).to(torch.float64).train()
+    sample = batch(D, SOURCES, [s[::-1] for s in SOURCES])
+    encoder_out = model.encoder(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"])
+    gate_rows = model.decoder.cells[0].weight_ih.size(0)
+    positions = len(SOURCES) * encoder_out["encodings"].size(1)
+    assert model.decoder.folds_value_output(encoder_out) == (positions > gate_rows)
+    assert model.decoder.folds_value_output(encoder_out, incremental_state={})
+    results = []
+    for fold in (False, True):
+        monkeypatch.setattr(GRUDecoder, "folds_value_output", lambda self, *args, fold=fold: fold)
+        torch.manual_seed(0)  # the same dropout masks
+        model.zero_grad()
+        logits, _ = model(**sample["net_input"])
+        logits.logsumexp(-1).sum().backward()
+        results.append(
+            (logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        )
+    (plain, plain_grads), (folded, folded_grads) = results
+    torch.testing.assert_close(folded, plain, rtol=0, atol=1e-10)
+    assert sorted(folded_grads) == sorted(plain_grads)
+    for name in plain_grads:
+        torch.testing.assert_close(folded_grads[name], plain_grads[name], rtol=1e-9, atol=1e-10, msg=name)

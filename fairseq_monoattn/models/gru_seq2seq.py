@@ -356,14 +356,24 @@ class GRUDecoder(FairseqIncrementalDecoder):
             hidden = self.init_proj(hidden)
         return hidden.contiguous()
 
-    def _start_state(self, encoder_out):
+    def folds_value_output(self, encoder_out, incremental_state=None) -> bool:
+        """Whether the values' output map v = A u + b is left to the context's input gates, W_c (A r_t +
+        b s_t) with W_c A multiplied out (``step_maps``), instead of applied at every source position:
+        the one product of the weights (3H x D x D) against the product over every source position
+        of the batch (B S x D x D), whichever is smaller (the same function either way).  Decoding
+        always folds (once per decoding, and a decision that cannot change between its steps)."""
+        if incremental_state is not None:
+            return True
+        positions = encoder_out["order"].numel() * encoder_out["encodings"].size(1)  # B S, after reordering
+        return positions > self.cells[0].weight_ih.size(0)
+
+    def _start_state(self, encoder_out, fold_value_output: bool):
         summary = encoder_rows(encoder_out, "summary")
-        # the values' output map is applied after the read, folded into the context's input gates
         memory = self.attention.prepare(
             encoder_rows(encoder_out, "encodings"),
             summary[-1],
             encoder_rows(encoder_out, "lengths"),
-            value_output=False,
+            value_output=not fold_value_output,
         )
         state = {"hidden": self.initial_hidden(summary)}
         if self.attention.tracks_position:
@@ -386,8 +396,9 @@ class GRUDecoder(FairseqIncrementalDecoder):
             prev_output_tokens = prev_output_tokens[:, -1:]
             memory = self.get_incremental_state(incremental_state, "memory")
             state = self.get_incremental_state(incremental_state, "state")
+        fold_value_output = self.folds_value_output(encoder_out, incremental_state)
         if memory is None:
-            memory, state = self._start_state(encoder_out)
+            memory, state = self._start_state(encoder_out, fold_value_output)
         hidden = list(state["hidden"].unbind(0))
         location = state.get("location")  # pa_{t-1} (and the dwell count), or None
         if self.start_index is not None and first_step == 1:  # y_0 = <s> instead of fairseq's </s>
@@ -404,7 +415,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
         # at once (it does not depend on the recurrence), the context's part step by step
         input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih).unbind(1)
-        read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state)
+        read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state, fold_value_output)
         merged = self.num_layers == 1
         step_memory = memory
         if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
@@ -442,13 +453,14 @@ class GRUDecoder(FairseqIncrementalDecoder):
             attn = source_layout_attention(attention, encoder_out)
         return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
 
-    def step_maps(self, incremental_state=None):
+    def step_maps(self, incremental_state=None, fold_value_output: bool = True):
         """The weights of a step's two products: (weight, bias, sizes) of what it reads off h_{t-1}
         in one product, the attention's readout (its rows of ``sizes``) and, with one layer, the
         GRU's hidden gates W_h h_{t-1} + b_h below it; and the context's share of the first layer's
-        input gates, W_c (A r_t + b s_t) = [W_c A | W_c b] [r_t; s_t], which applies the values'
-        output map v = A u + b to the read r_t = sum_i a_ti u_i (s_t = sum_i a_ti, the values' last
-        entry; ``CrossAttention.prepare``).  Decoding keeps them in the incremental state: the
+        input gates, W_c, or with ``fold_value_output`` W_c (A r_t + b s_t) = [W_c A | W_c b] [r_t;
+        s_t], which applies the values' output map v = A u + b to the read r_t = sum_i a_ti u_i
+        (s_t = sum_i a_ti, the values' last entry; ``CrossAttention.prepare``).  Decoding keeps
+        them in the incremental state (made at its first step, with the memory they read): the
         weights do not change between the steps of one decoding, and making them (concatenating
         the matrices, multiplying out the location heads and the output map) is a fixed cost."""
         if incremental_state is not None:
@@ -460,7 +472,9 @@ class GRUDecoder(FairseqIncrementalDecoder):
         if self.num_layers == 1:
             read_weight = torch.cat([read_weight, cell.weight_hh])
             read_bias = torch.cat([read_bias, cell.bias_hh])
-        context_weight = cell.weight_ih[:, self.embed_tokens.embedding_dim :] @ self.attention.value_output_map()
+        context_weight = cell.weight_ih[:, self.embed_tokens.embedding_dim :]
+        if fold_value_output:
+            context_weight = context_weight @ self.attention.value_output_map()
         if incremental_state is not None:
             kept = dict(read_weight=read_weight, read_bias=read_bias, sizes=sizes, context_weight=context_weight)
             self.set_incremental_state(incremental_state, "step_maps", kept)
