@@ -286,6 +286,30 @@ def test_greedy_decoding_keeps_each_steps_logits_which_are_the_teacher_forced_on
     assert not decoded.logits[~steps].any()
 
 
+def test_validation_calls_a_criterion_that_has_its_own_forward():
+    """A subclass of seq_acc with its own forward (an extra loss term, say) is called as fairseq
+    calls it; the decoding's outputs are only handed to the plain criterion."""
+    from fairseq_monoattn.criterions.sequence_accuracy import SequenceAccuracyCriterion
+    from fairseq_monoattn.metrics import GreedyDecoder
+    from fairseq_monoattn.tasks.length_generalization import LengthGeneralizationConfig, LengthGeneralizationTask
+
+    calls = []
+
+    class WithItsOwnForward(SequenceAccuracyCriterion):
+        def forward(self, model, sample, reduce=True):
+            calls.append(len(sample["target"]))
+            return super().forward(model, sample, reduce)
+
+    model = build("gru_onestep", D, seed=3)
+    task = LengthGeneralizationTask(LengthGeneralizationConfig(eval_accuracy=True), D, D)
+    task.greedy_generator = GreedyDecoder(D)
+    sample, _ = half_its_own_outputs(model, GreedyDecoder(D, max_len_b=40))
+    task.valid_step(sample, model, WithItsOwnForward(task, sentence_avg=False))
+    assert calls == [len(SOURCES)]
+    task.valid_step(sample, model, SequenceAccuracyCriterion(task, sentence_avg=False))
+    assert calls == [len(SOURCES)]
+
+
 def ending_on_their_own(arch):
     """``arch`` (float64) whose greedy outputs of the even rows of SOURCES end with an EOS it chose,
     before 40 tokens: the GRU presets' EOS bias raised in steps of 0.5 until they do."""

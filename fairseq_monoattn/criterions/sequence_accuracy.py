@@ -79,6 +79,16 @@ def direction_gate_counts(net_output) -> dict:
     return dict(zip(GATE_COUNTS, (gate.sum().item(), int((gate > 0.5).sum()), gate.numel())))
 
 
+def scores_given_outputs(criterion) -> bool:
+    """Whether validation may hand ``criterion`` a teacher-forced output it assembled
+    (``score_output``) instead of calling it: a ``seq_acc`` criterion whose ``forward`` is still
+    the one that runs the model and scores its output (a subclass with its own ``forward`` is
+    called as fairseq calls it)."""
+    return isinstance(criterion, SequenceAccuracyCriterion) and (
+        type(criterion).forward is SequenceAccuracyCriterion.forward
+    )
+
+
 @register_criterion("seq_acc", dataclass=SequenceAccuracyConfig)
 class SequenceAccuracyCriterion(FairseqCriterion):
     def __init__(self, task, sentence_avg, label_smoothing=0.0):

@@ -40,7 +40,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
-from ..criterions.sequence_accuracy import GATE_COUNTS
+from ..criterions.sequence_accuracy import GATE_COUNTS, scores_given_outputs
 from ..dictionaries import check_dictionaries, symbols
 from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
@@ -363,7 +363,7 @@ class LengthGeneralizationTask(TranslationTask):
     def valid_step(self, sample, model, criterion):
         if not self.cfg.eval_accuracy:
             return super().valid_step(sample, model, criterion)
-        if isinstance(self.greedy_generator, GreedyDecoder) and hasattr(criterion, "score_output"):
+        if isinstance(self.greedy_generator, GreedyDecoder) and scores_given_outputs(criterion):
             return self.valid_step_from_decoding(sample, model, criterion)
         # the teacher-forced pass (the criterion's) and greedy decoding read the same encoder
         # output of the same sources (evaluation mode: no dropout): compute it once
