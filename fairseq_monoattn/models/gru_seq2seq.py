@@ -367,7 +367,12 @@ class GRUDecoder(FairseqIncrementalDecoder):
         positions = encoder_out["order"].numel() * encoder_out["encodings"].size(1)  # B S, after reordering
         return positions > self.cells[0].weight_ih.size(0)
 
-    def _start_state(self, encoder_out, fold_value_output: bool):
+    def _start_state(self, encoder_out, fold_value_output: Optional[bool] = None):
+        """The memory the steps read (``CrossAttention.prepare``) and the first state; the values
+        before their output map with ``fold_value_output`` (None: ``folds_value_output``'s choice
+        for a full pass)."""
+        if fold_value_output is None:
+            fold_value_output = self.folds_value_output(encoder_out)
         summary = encoder_rows(encoder_out, "summary")
         memory = self.attention.prepare(
             encoder_rows(encoder_out, "encodings"),
