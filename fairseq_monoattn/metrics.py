@@ -189,13 +189,6 @@ def wrong_rows(hypotheses, target: torch.Tensor, pad: int) -> torch.Tensor:
     return torch.tensor(wrong, dtype=torch.long, device=target.device)
 
 
-def batch_rows(sample, rows: torch.Tensor):
-    """The examples ``rows`` of a batch, as a batch (their padding as it was)."""
-    net_input = {k: v.index_select(0, rows) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
-    return dict(sample, id=sample["id"].index_select(0, rows), net_input=net_input,
-                target=sample["target"].index_select(0, rows))  # fmt: skip
-
-
 def greedy_hypotheses(generator, models, sample, encoder_out=None) -> List[List[int]]:
     """The best hypothesis of every example of a batch, in the batch's order (EOS included
     when the model emitted one; a hypothesis cut at the length limit ends with the EOS the

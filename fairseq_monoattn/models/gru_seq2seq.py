@@ -458,7 +458,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
             attn = source_layout_attention(attention, encoder_out)
         return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
 
-    def step_maps(self, incremental_state=None, fold_value_output: bool = True):
+    def step_maps(self, incremental_state, fold_value_output: bool):
         """The weights of a step's two products: (weight, bias, sizes) of what it reads off h_{t-1}
         in one product, the attention's readout (its rows of ``sizes``) and, with one layer, the
         GRU's hidden gates W_h h_{t-1} + b_h below it; and the context's share of the first layer's

@@ -46,7 +46,6 @@ from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import (
     GreedyDecoder,
-    GreedyOutput,
     Tally,
     greedy_generator,
     greedy_hypotheses,
@@ -389,7 +388,8 @@ class LengthGeneralizationTask(TranslationTask):
         net_input = sample["net_input"]
         with torch.no_grad():
             encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
-            decoded = self.greedy_decoding(sample, model, encoder_out, logits=True)
+            self.limit_outputs(sample)
+            decoded = self.greedy_generator.decode([model], sample, encoder_out, logits=True)
             target = sample["target"]
             width = min(decoded.logits.size(1), target.size(1))
             logits = decoded.logits.new_zeros(target.size(0), target.size(1), decoded.logits.size(2))
@@ -409,22 +409,18 @@ class LengthGeneralizationTask(TranslationTask):
         logging_output.update({key: getattr(tally, attribute) for key, attribute in GREEDY_COUNTS.items()})
         return loss, sample_size, logging_output
 
-    def greedy_decoding(self, sample, model, encoder_out=None, logits: bool = False):
-        """The greedy outputs of one batch, at most (longest target of the batch) + 1 tokens, EOS
-        included (an output still running by then is longer than every target of the batch, so it
-        is wrong whatever it would have become: exact match is unaffected, and its edit distance is
-        that of the cut output, a lower bound of the uncut one).  A :class:`GreedyOutput` from the
-        plugin's ``GreedyDecoder`` (with ``logits``: its steps' logits), else the hypotheses."""
+    def limit_outputs(self, sample):
+        """Greedy outputs of the batch stop after (longest target of the batch) + 1 tokens, EOS
+        included: an output still running by then is longer than every target of the batch, so it
+        is wrong whatever it would have become (exact match is unaffected; its edit distance is
+        that of the cut output, a lower bound of the uncut one)."""
         # at most max_len_b tokens before the EOS the generator forces
         self.greedy_generator.max_len_b = longest_target(sample, self.tgt_dict.pad())
-        if isinstance(self.greedy_generator, GreedyDecoder):
-            return self.greedy_generator.decode([model], sample, encoder_out, logits=logits)
-        return greedy_hypotheses(self.greedy_generator, [model], sample, encoder_out)
 
     def greedy_tally(self, sample, model, encoder_out=None) -> Tally:
-        """Greedy outputs of one batch (``greedy_decoding``) scored against its targets."""
-        decoded = self.greedy_decoding(sample, model, encoder_out)
-        return self.tally(sample, decoded.hypotheses if isinstance(decoded, GreedyOutput) else decoded)
+        """Greedy outputs of one batch (``limit_outputs``) scored against its targets."""
+        self.limit_outputs(sample)
+        return self.tally(sample, greedy_hypotheses(self.greedy_generator, [model], sample, encoder_out))
 
     def tally(self, sample, hypotheses) -> Tally:
         """The batch's outputs ``hypotheses`` (token ids, EOS included) scored against its targets."""
