@@ -189,6 +189,17 @@ def wrong_rows(hypotheses, target: torch.Tensor, pad: int) -> torch.Tensor:
     return torch.tensor(wrong, dtype=torch.long, device=target.device)
 
 
+def teacher_forced_rows(model, sample, encoder_out, rows: torch.Tensor):
+    """The decoder's teacher-forced pass, (output, extra), over the examples ``rows`` of a batch
+    whose encoder output ``encoder_out`` is at hand: the encoder does not run again."""
+    net_input = sample["net_input"]
+    return model.decoder(
+        net_input["prev_output_tokens"].index_select(0, rows),
+        encoder_out=model.encoder.reorder_encoder_out(encoder_out, rows),
+        src_lengths=net_input["src_lengths"].index_select(0, rows),
+    )
+
+
 def greedy_hypotheses(generator, models, sample, encoder_out=None) -> List[List[int]]:
     """The best hypothesis of every example of a batch, in the batch's order (EOS included
     when the model emitted one; a hypothesis cut at the length limit ends with the EOS the

@@ -26,6 +26,7 @@ from .metrics import (
     greedy_generator,
     greedy_hypotheses,
     strip_pad,
+    teacher_forced_rows,
     wrong_rows,
 )
 
@@ -190,10 +191,11 @@ def decode_batch(generator, models, sample, pad: int):
     With the plugin's ``GreedyDecoder``, the gate and the weights come from the decoding itself:
     an output that equals its target (EOS included) was decoded through the teacher-forced steps,
     so its peak is kept from the decoding (the same numbers as the full pass to float rounding,
-    as incremental decoding is), and only the other examples get a teacher-forced pass on their
-    targets.  A decoder that returns no weights while decoding returns none in the full pass
-    either (the plugin's decoders give the same ``extra`` keys in both).  Other models are decoded
-    by fairseq's generator and take one teacher-forced pass for the gate and the weights."""
+    as incremental decoding is), and only the other examples get a teacher-forced pass of the
+    decoder on their targets, over the encoder output the decoding read.  A decoder that returns
+    no weights while decoding returns none in the full pass either (the plugin's decoders give
+    the same ``extra`` keys in both).  Other models are decoded by fairseq's generator and take
+    one teacher-forced pass for the gate and the weights."""
     model = models[0]
     if not isinstance(generator, GreedyDecoder):
         hypotheses = greedy_hypotheses(generator, models, sample)
@@ -203,16 +205,16 @@ def decode_batch(generator, models, sample, pad: int):
             direction_of(model, sample, extra),
             attention_peaks(extra.get("attention"), sample["target"], pad),
         )
-    decoded = generator.decode(models, sample, attention_peaks=True)
+    net_input = sample["net_input"]
+    encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
+    decoded = generator.decode(models, sample, encoder_out, attention_peaks=True)
     direction = decoded.direction if decoded.direction is not None else direction_of(model, sample, {})
     peaks = decoded.attention_peaks
     if peaks is not None:
         rows = wrong_rows(decoded.hypotheses, sample["target"], pad)
         if len(rows):
-            forced = batch_rows(sample, rows)
-            peaks = peaks.index_copy(
-                0, rows, attention_peaks(teacher_forced_extra(model, forced)["attention"], forced["target"], pad)
-            )
+            _, extra = teacher_forced_rows(model, sample, encoder_out, rows)
+            peaks = peaks.index_copy(0, rows, attention_peaks(extra["attention"], sample["target"][rows], pad))
     return decoded.hypotheses, direction, peaks
 
 

@@ -242,8 +242,15 @@ def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_t
     model = build(arch, D, seed=3).to(torch.float64)
     generator = GreedyDecoder(D, max_len_b=40)
     sample, outputs = half_its_own_outputs(model, generator)
+    passes = []
+    hooks = [
+        model.encoder.register_forward_hook(lambda _module, args, _out: passes.append(("encoder", len(args[0])))),
+        model.decoder.register_forward_hook(lambda _module, args, _out: passes.append(("decoder", args[0].shape))),
+    ]
     with torch.no_grad():
         hypotheses, gates, peaks = decode_batch(generator, [model], sample, D.pad())
+        for hook in hooks:
+            hook.remove()
         extra = teacher_forced_extra(model, sample)
         expected_gates = direction_of(model, sample, extra)
         expected_peaks = attention_peaks(extra.get("attention"), sample["target"], D.pad())
@@ -257,6 +264,9 @@ def test_scoring_takes_the_gate_and_the_attention_peak_from_the_decoding_where_t
     else:
         assert peaks.shape == (len(SOURCES),)
         torch.testing.assert_close(peaks, expected_peaks, rtol=0, atol=1e-10)
+        # the encoder once, then the decoding's steps, then the decoder over the odd rows (decoded wrong)
+        assert passes[-1] == ("decoder", (len(SOURCES) // 2, sample["target"].size(1)))
+    assert [kind for kind, _ in passes].count("encoder") == 1
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHS + sorted(TRANSFORMER_PRESETS))

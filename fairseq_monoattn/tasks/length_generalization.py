@@ -51,6 +51,7 @@ from ..metrics import (
     greedy_hypotheses,
     strip_pad,
     summed_ratio,
+    teacher_forced_rows,
     wrong_rows,
 )
 from ..optim import foreach_adam_step
@@ -396,11 +397,7 @@ class LengthGeneralizationTask(TranslationTask):
             logits[:, :width] = decoded.logits[:, :width]
             rows = wrong_rows(decoded.hypotheses, target, self.tgt_dict.pad())
             if len(rows):
-                forced, _ = model.decoder(
-                    net_input["prev_output_tokens"].index_select(0, rows),
-                    encoder_out=model.encoder.reorder_encoder_out(encoder_out, rows),
-                    src_lengths=net_input["src_lengths"].index_select(0, rows),
-                )
+                forced, _ = teacher_forced_rows(model, sample, encoder_out, rows)
                 logits.index_copy_(0, rows, forced)
             loss, sample_size, logging_output = criterion.score_output(
                 model, sample, (logits, {"direction": decoded.direction})
