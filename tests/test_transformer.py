@@ -3,8 +3,10 @@ every preset and layout decodes incrementally as its full pass does, with beams 
 alone as in a padded batch; the parallel scan over output steps gives the step-by-step focus of
 the GRU decoder's location module; alignments; fairseq-train and fairseq-generate."""
 
+import fairseq.utils
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
 from model_helpers import (
     assert_incremental_equals_full,
@@ -53,13 +55,16 @@ def build_configuration(name, options, seed):
 
 
 @pytest.mark.parametrize("name, options", CONFIGURATIONS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGURATIONS)])
-def test_incremental_decoding_and_padding_invariance(name, options):
+def test_incremental_decoding_and_padding_invariance(name, options, monkeypatch):
     model = build_configuration(name, options, seed=1)
     for beam in (1, 5):
         assert_incremental_equals_full(model, D, SOURCES, beam)
     # in float64: padding must change nothing, and float32's rounding (which depends on the padded
-    # width) can grow over 40 untrained steps past the check's tolerance
-    assert_padding_invariant(build_configuration(name, options, seed=2).double(), D, SOURCES)
+    # width) can grow over 40 untrained steps past any tolerance.  fairseq's attention softmax
+    # (fairseq.utils.softmax) computes in float32 whatever the model's dtype, which alone moves
+    # the float64 logits by about 1e-7 between padded widths; taken in the model's dtype here
+    monkeypatch.setattr(fairseq.utils, "softmax", lambda x, dim, onnx_trace=False: F.softmax(x, dim=dim))
+    assert_padding_invariant(build_configuration(name, options, seed=2).double(), D, SOURCES, atol=1e-10)
 
 
 @pytest.mark.parametrize("name, options", CONFIGURATIONS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGURATIONS)])
