@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fairseq_monoattn.benchmarking import epoch_seconds, main
+from fairseq_monoattn.benchmarking import epoch_seconds, later_epochs, main
 from fairseq_monoattn.release import check_release_checkout
 
 RUN_RELEASE = Path(__file__).resolve().parent / "release_equivalence" / "run_release.py"
@@ -46,12 +46,6 @@ def release_epoch_seconds(release: Path, python: str, model: str, task: str = "i
         (path,) = Path(work, "results").glob("*/*/seed0.json")
         record = json.loads(path.read_text())
         return [{"epoch": e, "validation": v} for e, v in zip(record["epoch_seconds"], record["validation_seconds"])]
-
-
-def later_epochs(epochs: list) -> dict:
-    """The mean of every epoch after the first (which also warms up allocators and caches)."""
-    later = epochs[1:]
-    return {key: statistics.mean(e[key] for e in later) for key in ("epoch", "validation")}
 
 
 if __name__ == "__main__":

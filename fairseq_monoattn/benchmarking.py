@@ -1,7 +1,7 @@
 """Speed and memory of every preset against fairseq's own ``lstm`` of the same size.
 
     python examples/benchmark.py [--updates 300] [--repeats 3] [--arch gru_content gru_onestep ...]
-        [--epoch inv_recopy gru_monoattn]
+        [--epoch inv_recopy gru_monoattn [--epoch-against OTHER_CHECKOUT]]
 
 Training: each model trains for a fixed number of updates on the Copy train split
 (batch 32, Adam) through ``fairseq-train`` in its own process, right after a run of the
@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -204,24 +205,35 @@ def print_update_split(archs, data_bin: Path, updates: int) -> None:
                          f"{ref['loop'] / rest:.2f}", f"{ref['loop'] / 1.5 - rest:.2f}"]))  # fmt: skip
 
 
-def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
+def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2, checkout: Optional[Path] = None) -> list:
     """Per epoch of the first ``epochs`` of ``arch`` on ``task`` (data seed 1) with the paper's
     recipe, {"epoch": seconds, "validation": seconds}: an epoch runs from fairseq's "begin training
     epoch N" to the next one (to "done training" for the last), so it holds its updates, the greedy
     decoding of the valid split and the checkpoints it saves; "validation" is the part from "begin
     validation" on (decoding and saving).  The process's start and the data's loading are outside.
     fairseq's own clocks count whole seconds (and ``train_wall`` only the updates), so the log's
-    lines are timed as they arrive."""
-    from .recipes import recipe_options
+    lines are timed as they arrive.
 
-    data = prepared_once(task, root / f"{task}-seed1", joined_dictionary=True)
+    ``checkout``: another checkout of this repository (an older commit, say) trains instead of
+    this installation, with its own plugin and its own recipe, on the same data: its process runs
+    in the checkout (the folder Python reads first) with the checkout first on ``PYTHONPATH``."""
+    data = prepared_once(task, root / f"{task}-seed1", joined_dictionary=True).resolve()
+    env, cwd = dict(os.environ, PYTHONUNBUFFERED="1"), None
+    if checkout is None:
+        from .recipes import recipe_options
+
+        plugin, recipe = PLUGIN_DIR, recipe_options("paper", max_epoch=epochs)
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout), *filter(None, [os.environ.get("PYTHONPATH")])])
+        plugin, recipe, cwd = checkout / "fairseq_monoattn", checkout_recipe(checkout, epochs, env), checkout
     starts, validations, done, lines = [], [], [], []
     with tempfile.TemporaryDirectory() as save:
-        command = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(PLUGIN_DIR),
-                   "--arch", arch, *recipe_options("paper", max_epoch=epochs), "--seed", "1", "--save-dir", save,
+        command = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(plugin),
+                   "--arch", arch, *recipe, "--seed", "1", "--save-dir", save,
                    "--no-epoch-checkpoints", "--log-format", "json", "--no-progress-bar"]  # fmt: skip
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as run:
+        with subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd
+        ) as run:
             for line in run.stdout:
                 for marker, times in (("begin training epoch", starts), ("begin validation", validations),
                                       ("done training in", done)):  # fmt: skip
@@ -232,6 +244,61 @@ def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2) -> list:
         raise SystemExit(f"fairseq-train failed for {arch} on {task}:\n{''.join(lines[-60:])}")
     ends = starts[1:] + done
     return [{"epoch": end - start, "validation": end - valid} for start, valid, end in zip(starts, validations, ends)]
+
+
+def check_plugin_checkout(path: Path, option: str = "--epoch-against") -> Path:
+    """``path`` as a checkout of this repository (its ``fairseq_monoattn/recipes.py`` there), else
+    a SystemExit naming ``option`` and what is missing."""
+    path = Path(path).resolve()
+    if not (path / "fairseq_monoattn" / "recipes.py").is_file():
+        raise SystemExit(
+            f"{option} {path}: not a checkout of fairseq-monoattn (no fairseq_monoattn/recipes.py there); "
+            "give the folder that holds setup.py, e.g. one made by `git worktree add`"
+        )
+    return path
+
+
+def checkout_recipe(checkout: Path, epochs: int, env) -> list:
+    """The paper's recipe as ``checkout``'s own code writes it (options change between commits)."""
+    code = (
+        "import json; from fairseq_monoattn.recipes import recipe_options; "
+        f"print(json.dumps(recipe_options('paper', max_epoch={epochs})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=checkout, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-10:])
+        raise SystemExit(f"--epoch-against {checkout}: its recipe_options('paper') failed:\n{tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def later_epochs(epochs: list) -> dict:
+    """The mean of every epoch after the first (which also warms up allocators and caches)."""
+    later = epochs[1:]
+    return {key: statistics.mean(e[key] for e in later) for key in ("epoch", "validation")}
+
+
+def print_epochs_against(task: str, arch: str, root: Path, checkout: Path, repeats: int, epochs: int) -> None:
+    """``repeats`` pairs of runs, this installation's and ``checkout``'s, the order alternating
+    from pair to pair; each run's epoch is the mean of its epochs after the first, and the ratio
+    this / checkout is taken within each pair (median and range printed)."""
+    print(f"\n{arch} on {task}, the paper's recipe, one thread: {repeats} pairs of {epochs}-epoch runs, "
+          f"this installation against {checkout} (epochs after the first; ratio within each pair)")  # fmt: skip
+    pairs = []
+    for repeat in range(repeats):
+        order = (None, checkout) if repeat % 2 == 0 else (checkout, None)
+        runs = {side: later_epochs(epoch_seconds(task, arch, root, epochs, side)) for side in order}
+        pairs.append((runs[None], runs[checkout], runs[None]["epoch"] / runs[checkout]["epoch"]))
+        print(f"  pair {repeat + 1}: this {pairs[-1][0]['epoch']:.2f} s, the checkout {pairs[-1][1]['epoch']:.2f} s, "
+              f"{pairs[-1][2]:.3f}", flush=True)  # fmt: skip
+    ratios = [pair[2] for pair in pairs]
+    print(table_row(["code", "epoch, s (each pair)", "of which validating", "this / checkout (median)", "(range)"]))
+    print(table_row(["---", "---:", "---:", "---:", "---:"]))
+    for side, name in ((0, "this installation"), (1, str(checkout))):
+        times = ", ".join(f"{pair[side]['epoch']:.2f}" for pair in pairs)
+        validating = [pair[side]["validation"] for pair in pairs]
+        ratio = f"{statistics.median(ratios):.3f}" if side == 0 else ""
+        spread = f"{min(ratios):.3f}-{max(ratios):.3f}" if side == 0 else ""
+        print(table_row([name, times, f"{min(validating):.2f}-{max(validating):.2f}", ratio, spread]))
 
 
 # -- decoding ----------------------------------------------------------------------------
@@ -589,6 +656,16 @@ def parse_args(argv=None):
         help="also time whole epochs (training and greedy validation) of ARCH on TASK with the paper's recipe",
     )
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the --epoch run (the first is reported too)")
+    parser.add_argument(
+        "--epoch-against",
+        type=Path,
+        default=None,
+        metavar="CHECKOUT",
+        help="with --epoch: time the epochs of this installation against another checkout of this repository (an "
+        "older commit, e.g. from `git worktree add`), in --epoch-repeats pairs of runs, alternating; the checkout "
+        "trains with its own plugin and recipe, and its C++ kernels only if they are built in it",
+    )
+    parser.add_argument("--epoch-repeats", type=int, default=3, help="pairs of runs with --epoch-against")
     return parser.parse_args(argv)
 
 
@@ -675,6 +752,12 @@ def main(argv=None):
     archs = args.arch or all_presets()
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be at least 1, not {args.repeats}")
+    if args.epoch_against is not None:  # before minutes of other measurements
+        if not args.epoch:
+            raise SystemExit("--epoch-against needs --epoch TASK ARCH")
+        if args.epoch_repeats < 1 or args.epochs < 2:
+            raise SystemExit("--epoch-against needs --epoch-repeats of at least 1 and --epochs of at least 2")
+        args.epoch_against = check_plugin_checkout(args.epoch_against)
     reference_runs, rows = [], {}
     if not args.skip_training:
         data_bin = ensure_copy_data(args.data)
@@ -710,7 +793,9 @@ def main(argv=None):
         print_compiled(archs)
     if args.update_split:
         print_update_split(archs, ensure_copy_data(args.data), args.updates)
-    if args.epoch:
+    if args.epoch and args.epoch_against is not None:
+        print_epochs_against(*args.epoch, args.data, args.epoch_against, args.epoch_repeats, args.epochs)
+    elif args.epoch:
         task, arch = args.epoch
         epochs = epoch_seconds(task, arch, args.data, args.epochs)
         timed = [f"epoch {i + 1} {e['epoch']:.1f} s ({e['validation']:.1f} s validating)" for i, e in enumerate(epochs)]

@@ -1,5 +1,7 @@
 """The speed benchmark's arithmetic, with scripted runs in place of fairseq-train."""
 
+import os
+
 import pytest
 import torch
 
@@ -147,6 +149,75 @@ def test_a_training_that_fails_or_ends_early_is_an_error_with_its_log(monkeypatc
     lines = ["fairseq.trainer | begin training epoch 1\n", "RuntimeError: out of memory\n"]
     with pytest.raises(SystemExit, match="out of memory"):
         scripted_epochs(monkeypatch, tmp_path, lines, [1.0], returncode=1)
+
+
+def test_epochs_of_another_checkout_run_its_own_plugin_and_recipe(monkeypatch, tmp_path):
+    """--epoch-against: the other checkout's run reads its plugin (--user-dir, PYTHONPATH, and the
+    checkout as its working folder, which Python reads first) and its recipe, as its own
+    recipe_options writes it; this installation's run does none of these."""
+    checkout = tmp_path / "older"
+    (checkout / "fairseq_monoattn").mkdir(parents=True)
+    (checkout / "fairseq_monoattn" / "__init__.py").write_text("")
+    (checkout / "fairseq_monoattn" / "recipes.py").write_text(
+        "def recipe_options(name, max_epoch=None):\n    return ['--an-old-recipe', name, str(max_epoch)]\n"
+    )
+    lines = [
+        "fairseq.trainer | begin training epoch 1\n",
+        'fairseq_cli.train | begin validation on "valid" subset\n',
+        "fairseq.trainer | begin training epoch 2\n",
+        'fairseq_cli.train | begin validation on "valid" subset\n',
+        "fairseq_cli.train | done training in 9.9 seconds\n",
+    ]
+    commands, real_popen = [], benchmarking.subprocess.Popen
+
+    class Recorded(ScriptedTraining):
+        def __call__(self, command, **kwargs):
+            if "fairseq_cli.train" not in command:  # the checkout's recipe_options, run for real
+                return real_popen(command, **kwargs)
+            commands.append((command, kwargs["env"], kwargs["cwd"]))
+            return super().__call__(command, **kwargs)
+
+    (tmp_path / "copy-seed1").mkdir()
+    (tmp_path / "copy-seed1" / "manifest.json").write_text("{}")
+    monkeypatch.setattr(benchmarking.subprocess, "Popen", Recorded(lines))
+    for checkout_or_none in (checkout, None):
+        monkeypatch.setattr(benchmarking.time, "perf_counter", iter([1.0, 2.0, 4.0, 5.0, 8.0]).__next__)
+        epochs = benchmarking.epoch_seconds("copy", "gru_onestep", tmp_path, 2, checkout_or_none)
+        assert epochs == [{"epoch": 3.0, "validation": 2.0}, {"epoch": 4.0, "validation": 3.0}]
+    (theirs, their_env, their_cwd), (ours, our_env, our_cwd) = commands
+    assert theirs[theirs.index("--user-dir") + 1] == str(checkout / "fairseq_monoattn")
+    assert their_env["PYTHONPATH"].split(os.pathsep)[0] == str(checkout)
+    recipe = theirs.index("--an-old-recipe")
+    assert theirs[recipe : recipe + 3] == ["--an-old-recipe", "paper", "2"]
+    assert their_cwd == checkout and our_cwd is None
+    assert ours[ours.index("--user-dir") + 1] == str(benchmarking.PLUGIN_DIR) and "--an-old-recipe" not in ours
+    assert our_env.get("PYTHONPATH") == os.environ.get("PYTHONPATH")
+
+
+def test_epoch_pairs_alternate_their_order_and_take_the_ratio_within_each_pair(monkeypatch, tmp_path, capsys):
+    runs = []
+    seconds = {None: iter([5.0, 6.0, 4.0]), "old": iter([10.0, 10.0, 12.0])}
+
+    def timed(task, arch, root, epochs, checkout=None):
+        runs.append(checkout)
+        first = {"epoch": 99.0, "validation": 9.0}  # the first epoch is left out
+        return [first, {"epoch": next(seconds[checkout]), "validation": 1.0}]
+
+    monkeypatch.setattr(benchmarking, "epoch_seconds", timed)
+    benchmarking.print_epochs_against("inv_recopy", "gru_monoattn", tmp_path, "old", repeats=3, epochs=2)
+    assert runs == [None, "old", "old", None, None, "old"]
+    out = capsys.readouterr().out
+    # 5 / 10, 6 / 10, 4 / 12: median 0.5, range 0.333-0.6
+    assert "| this installation | 5.00, 6.00, 4.00 | 1.00-1.00 | 0.500 | 0.333-0.600 |" in out
+    assert "| old | 10.00, 10.00, 12.00 | 1.00-1.00 | | |" in out
+
+
+def test_epochs_against_a_folder_that_is_not_a_checkout_are_refused_naming_the_option(tmp_path):
+    with pytest.raises(SystemExit, match=r"--epoch-against .*not a checkout of fairseq-monoattn"):
+        benchmarking.main(["--skip-training", "--skip-decoding", "--epoch", "copy", "gru_onestep",
+                           "--epoch-against", str(tmp_path)])  # fmt: skip
+    with pytest.raises(SystemExit, match="--epoch-against needs --epoch"):
+        benchmarking.main(["--skip-training", "--skip-decoding", "--epoch-against", str(tmp_path)])
 
 
 def test_least_times_interleaves_the_runs_and_keeps_each_entrys_least():
