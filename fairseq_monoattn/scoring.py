@@ -177,13 +177,6 @@ def teacher_forced_extra(model, sample) -> Dict[str, object]:
     return extra if isinstance(extra, dict) else {}
 
 
-def batch_rows(sample, rows: torch.Tensor):
-    """The examples ``rows`` of a batch, as a batch (their padding as it was)."""
-    net_input = {k: v.index_select(0, rows) if torch.is_tensor(v) else v for k, v in sample["net_input"].items()}
-    return dict(sample, id=sample["id"].index_select(0, rows), net_input=net_input,
-                target=sample["target"].index_select(0, rows))  # fmt: skip
-
-
 def decode_batch(generator, models, sample, pad: int):
     """A batch's greedy outputs, direction gates (B,) or None and attention peaks on the targets
     (B,) or None.
