@@ -278,6 +278,8 @@ def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
         free.key: "ok",
     }
     assert busy.record_path(results).exists()
+    # one job has every core, but the suite runs with OMP_NUM_THREADS=1 (conftest): one thread
+    assert json.loads(busy.record_path(results).read_text())["training_threads"] == [1]
 
 
 def test_local_runs_share_only_the_cores_the_sweep_may_use(monkeypatch):
@@ -289,6 +291,15 @@ def test_local_runs_share_only_the_cores_the_sweep_may_use(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {7, 5})
     assert launch.cpu_shares(1) == [[5, 7]]
     assert launch.cpu_shares(2) == [[5], [7]]
+
+
+def test_a_jobs_threads_are_its_cores_at_most_the_launchers_omp_num_threads():
+    assert launch.job_threads([0, 1, 2, 3], {}) == 4
+    assert launch.job_threads([0, 1, 2, 3], {"OMP_NUM_THREADS": "2"}) == 2
+    assert launch.job_threads([0, 1], {"OMP_NUM_THREADS": "1"}) == 1
+    assert launch.job_threads([5], {"OMP_NUM_THREADS": "8"}) == 1
+    for ignored in ("", "0", "abc", "4,2"):
+        assert launch.job_threads([0, 1], {"OMP_NUM_THREADS": ignored}) == 2
 
 
 def test_progress_estimates_the_time_left_from_recorded_and_new_runs(tmp_path):

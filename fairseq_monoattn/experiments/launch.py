@@ -2,7 +2,8 @@
 submitit's local executor) through ``submitit``.
 
 Local: ``jobs`` worker processes at once, each pinned (``taskset``) to its own share of the
-cores this process may use, each with ``OMP_NUM_THREADS`` = the size of its share.  Every run
+cores this process may use, each with ``OMP_NUM_THREADS`` = the size of its share, or the
+``OMP_NUM_THREADS`` this process was given where that is smaller.  Every run
 is a separate ``python -m fairseq_monoattn.experiments.worker`` process, so a crash or a kill
 loses that run's current epoch only (it resumes from ``checkpoint_last.pt``).
 
@@ -47,6 +48,17 @@ def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int
     if jobs <= len(cpus):
         return [cpus[i::jobs] for i in range(jobs)]
     return [[cpus[i % len(cpus)]] for i in range(jobs)]
+
+
+def job_threads(share: Sequence[int], environ=os.environ) -> int:
+    """Threads for a job pinned to ``share``: one a core, at most the ``OMP_NUM_THREADS`` the
+    launcher was given (a positive whole number; anything else is ignored). A user who runs a
+    sweep beside other work with ``OMP_NUM_THREADS=1`` gets one-thread runs even where a job has
+    several cores: two threads on a core another process also uses spin against each other."""
+    limit = environ.get("OMP_NUM_THREADS", "").strip()
+    if limit.isdigit() and int(limit) > 0:
+        return min(len(share), int(limit))
+    return len(share)
 
 
 def spec_to_json(spec: RunSpec) -> str:
@@ -156,9 +168,8 @@ def run_local(
             ]
             if sys.platform.startswith("linux"):
                 command = ["taskset", "-c", ",".join(map(str, share)), *command]
-            env = dict(
-                os.environ, OMP_NUM_THREADS=str(len(share)), MKL_NUM_THREADS=str(len(share)), PYTHONWARNINGS="ignore"
-            )
+            threads = str(job_threads(share))
+            env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONWARNINGS="ignore")
             log_dir = spec.run_dir(work)
             log_dir.mkdir(parents=True, exist_ok=True)
             with open(log_dir / "worker.log", "a") as out:
