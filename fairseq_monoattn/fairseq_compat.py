@@ -22,17 +22,25 @@
    recording the caller's Python stack each time: about 0.5 ms an update inside fairseq-train,
    while seeding the CPU generator takes a microsecond.  On such a machine the CPU generator
    alone is seeded: the same generator state, so the same runs bit for bit.
+
+5. fairseq writes a checkpoint's first file atomically (a temporary file, then a rename), but
+   makes the others (``checkpoint_last.pt`` after ``checkpoint_best.pt``) by copying over them
+   in place: a run killed during that copy leaves a truncated ``checkpoint_last.pt``, and the
+   run cannot resume.  Local copies go to a temporary file beside the destination and are
+   renamed over it, so the destination is always the old file or the new one.
 """
 
 import argparse
 import functools
 import logging
 import os
+import shutil
 
 import numpy as np
 import torch
 from fairseq import utils as fairseq_utils
 from fairseq.data import data_utils
+from fairseq.file_io import PathManager
 from fairseq.logging import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -141,7 +149,30 @@ def seed_the_cpu_alone():
     fairseq_utils.set_torch_seed = set_torch_seed
 
 
+def atomic_checkpoint_copies():
+    original = PathManager.copy
+    if getattr(original, "atomic", False):
+        return
+
+    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        """fairseq's ``PathManager.copy``; a local destination is written whole or not at all."""
+        if PathManager.path_requires_pathmanager(dst_path) or (os.path.exists(dst_path) and not overwrite):
+            return original(src_path, dst_path, overwrite=overwrite)
+        partial = f"{dst_path}.copying"  # the same folder, so the rename below is atomic
+        try:
+            shutil.copyfile(src_path, partial)
+            os.replace(partial, dst_path)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+        return True
+
+    copy.atomic = True
+    PathManager.copy = staticmethod(copy)
+
+
 allow_fairseq_checkpoints()
+atomic_checkpoint_copies()
 keep_last_batch()
 one_log_file_handler()
 seed_the_cpu_alone()

@@ -4,6 +4,7 @@ import argparse
 import logging
 
 import numpy as np
+import pytest
 import torch
 from fairseq.data import data_utils
 from fairseq.logging import progress_bar
@@ -80,3 +81,31 @@ def test_reseeding_on_a_cpu_only_machine_gives_fairseqs_generator_state():
     assert torch.equal(torch.get_rng_state(), before)
     torch.manual_seed(99)
     assert torch.equal(inside, torch.rand(2))
+
+
+def test_checkpoint_copies_leave_the_old_file_or_the_new_one_never_a_part(tmp_path, monkeypatch):
+    """fairseq makes checkpoint_last.pt by copying checkpoint_best.pt over it; a copy interrupted
+    half-way (a kill) must leave the old checkpoint whole."""
+    from fairseq import checkpoint_utils
+
+    assert checkpoint_utils.PathManager.copy is fairseq_compat.PathManager.copy  # what fairseq calls
+    best, last = tmp_path / "checkpoint_best.pt", tmp_path / "checkpoint_last.pt"
+    best.write_bytes(bytes(range(256)) * 400)
+    last.write_bytes(b"the previous epoch's checkpoint")
+    real_copyfile = fairseq_compat.shutil.copyfile
+
+    def killed_half_way(src, dst):
+        with open(src, "rb") as read, open(dst, "wb") as write:
+            write.write(read.read(1000))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fairseq_compat.shutil, "copyfile", killed_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_utils.PathManager.copy(str(best), str(last), overwrite=True)
+    assert last.read_bytes() == b"the previous epoch's checkpoint"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_best.pt", "checkpoint_last.pt"]
+    monkeypatch.setattr(fairseq_compat.shutil, "copyfile", real_copyfile)
+    assert checkpoint_utils.PathManager.copy(str(best), str(last), overwrite=True)
+    assert last.read_bytes() == best.read_bytes()
+    assert checkpoint_utils.PathManager.copy(str(best), str(tmp_path / "new.pt"))
+    assert (tmp_path / "new.pt").read_bytes() == best.read_bytes()
