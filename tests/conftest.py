@@ -1,7 +1,9 @@
 """Shared test setup: one thread for every computation the tests start, each prepared data set
 made once, the long tests started first."""
 
+import functools
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +19,53 @@ torch.set_num_threads(1)
 
 
 def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # a worker of pytest -n (make test)
+        # Its own session: where Linux groups processes by session for the scheduler
+        # (/proc/sys/kernel/sched_autogroup_enabled), the workers of one session share one
+        # session's part of the machine, so beside a one-thread job started elsewhere the two
+        # workers together got one core of two; a session each gets each a process's part.
+        try:
+            os.setsid()
+        except OSError:  # already a session leader
+            pass
+    elif getattr(config.option, "numprocesses", None) and os.path.isdir("/proc"):
+        # The workers no longer get the terminal's Ctrl-C with this process: pass it on, and a
+        # SIGTERM too, to each worker's session (the worker and the commands its test started).
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, functools.partial(forward_to_workers, previous=signal.getsignal(signum)))
     config.addinivalue_line(
         "markers",
         "long(seconds): a test that runs for many seconds (trainings through fairseq's commands); the suite "
         "starts these first, the longest first, so that the workers of pytest -n end together",
     )
+
+
+def worker_sessions():
+    """The children of this process that lead their own session: the workers of pytest -n."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[1]) == os.getpid() and int(fields[3]) == int(entry):
+                found.append(int(entry))
+    return found
+
+
+def forward_to_workers(signum, frame, previous):
+    for pid in worker_sessions():
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            pass
+    if callable(previous):  # SIGINT: Python's KeyboardInterrupt
+        previous(signum, frame)
+    else:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def pytest_collection_modifyitems(config, items):
