@@ -9,9 +9,9 @@ output.  An existing --out is never replaced without --force.
 """
 
 import math
-import os
-import tempfile
 from pathlib import Path
+
+from .files import atomic_output
 
 DPI = 100
 CELL_INCHES = 0.32  # one matrix cell, for small maps
@@ -129,20 +129,5 @@ def render(results, labels, out: Path, title=None):
 
 def save_png(fig, out: Path):
     """Write to a temporary sibling, then rename: never a half-written --out."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(suffix=".png", dir=out.parent)
-    os.close(handle)
-    try:
+    with atomic_output(out, suffix=".png") as temporary:
         fig.savefig(temporary, format="png", dpi=DPI)
-        os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp makes it private (0600)
-        os.replace(temporary, out)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-
-
-def current_umask() -> int:
-    """The process's umask (reading it means setting it; it is set straight back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -43,6 +43,8 @@ from fairseq.data import data_utils
 from fairseq.file_io import PathManager
 from fairseq.logging import progress_bar
 
+from .files import atomic_output
+
 logger = logging.getLogger(__name__)
 
 SAFE_CLASSES = [argparse.Namespace]
@@ -158,13 +160,8 @@ def atomic_checkpoint_copies():
         """fairseq's ``PathManager.copy``; a local destination is written whole or not at all."""
         if PathManager.path_requires_pathmanager(dst_path) or (os.path.exists(dst_path) and not overwrite):
             return original(src_path, dst_path, overwrite=overwrite)
-        partial = f"{dst_path}.copying"  # the same folder, so the rename below is atomic
-        try:
+        with atomic_output(dst_path) as partial:
             shutil.copyfile(src_path, partial)
-            os.replace(partial, dst_path)
-        finally:
-            if os.path.exists(partial):
-                os.remove(partial)
         return True
 
     copy.atomic = True

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .files import atomic_output
 from .recipes import option_words
 
 # release --model -> the plugin preset computing the same function
@@ -347,8 +348,6 @@ def write_fairseq_checkpoint(converted: ConvertedModel, data_bin, out, source: O
         "extra_state": {"train_iterator": {"epoch": 0}, "converted_from_release": source or {}},
         "last_optimizer_state": None,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(out.name + ".part")
-    torch.save(state, temporary)
-    temporary.rename(out)
+    with atomic_output(out) as temporary:
+        torch.save(state, temporary)
     return state["cfg"]["model"]

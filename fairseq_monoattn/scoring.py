@@ -8,7 +8,6 @@ cross-attention is on the split's targets (the attention peak).
 The metrics themselves are defined once in :mod:`fairseq_monoattn.metrics`.
 """
 
-import json
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ from typing import Dict, List, Optional
 import torch
 
 from .dictionaries import DictionaryMismatch
+from .files import write_json_atomic
 from .limits import SCORING_BATCH_SIZE
 from .metrics import (
     GreedyDecoder,
@@ -266,15 +266,6 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
             f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded (first ids: {missing})"
         )
     return tally, found, max_output_len, gates.as_dict(), peaks.as_dict()
-
-
-def write_json_atomic(path: Path, value) -> None:
-    """Write JSON through a temporary sibling and a rename: a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(value, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> dict:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ..files import write_json_atomic
 from ..recipes import TASK_DEFAULTS, dataset_options, recipe_options
-from ..scoring import score, write_json_atomic
 
 RECORD_VERSION = 1
 # per test split; records made before the scorer counted cut-short and overran outputs lack those two
@@ -273,6 +273,8 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
         if code != 0:
             raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
         log(f"[{spec.key}] scoring checkpoint_best.pt")
+        from ..scoring import score  # torch and fairseq: not for the commands that only plan runs
+
         start = time.time()
         score(
             run_dir / "checkpoints" / "checkpoint_best.pt",
