@@ -218,6 +218,8 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
 
 @pytest.mark.long(18)
 def test_local_launcher_runs_what_is_missing_once(tmp_path):
+    import torch
+
     work, results = tmp_path / "work", tmp_path / "results"
     specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
     committed = []
@@ -231,6 +233,18 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     assert launch.run_local(specs, work, results, jobs=2, log=lines.append) == outcome
     assert lines == ["2/2 runs done, 0 running, 0 left"]  # nothing ran
     assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
+    # the worker's fairseq-train is a fork of the worker; it trains what the console script does
+    assert "training (fairseq-train forked from this worker)" in (specs[0].run_dir(work) / "worker.log").read_text()
+    console = tmp_path / "console"
+    with_tiny_data(console / "work", specs[0])
+    record = run(specs[0], console / "work", console / "results")  # this test's process: the command
+    assert record["valid_accuracy"] == json.loads(specs[0].record_path(results).read_text())["valid_accuracy"]
+    forked_model, console_model = (
+        torch.load(s.run_dir(w) / "checkpoints" / "checkpoint_best.pt", weights_only=False)["model"]
+        for s, w in ((specs[0], work), (specs[0], console / "work"))
+    )
+    assert forked_model.keys() == console_model.keys()
+    assert all(torch.equal(forked_model[k], console_model[k]) for k in forked_model)
 
 
 def hold_run_lock(run_dir):

@@ -224,9 +224,10 @@ def stop_reason(log_file: Path) -> Optional[str]:
 # --- one run ---------------------------------------------------------------------------------
 
 
-def run(spec: RunSpec, work: Path, results: Path, log=print) -> dict:
+def run(spec: RunSpec, work: Path, results: Path, log=print, forked=None) -> dict:
     """Train, score and record one run (or return its existing record).  fairseq-train inherits
-    this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores)."""
+    this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores); it
+    runs as a command, or in ``forked`` (a :class:`~.processes.ForkedTraining`) where given."""
     record_path = spec.record_path(results)
     if record_path.exists():
         return existing_record(spec, record_path)
@@ -240,7 +241,7 @@ def run(spec: RunSpec, work: Path, results: Path, log=print) -> dict:
     with file_lock(run_dir / ".lock", busy=busy):
         if record_path.exists():  # the other process finished it while this one prepared the data
             return existing_record(spec, record_path)
-        return train_score_record(spec, data, run_dir, record_path, log)
+        return train_score_record(spec, data, run_dir, record_path, log, forked)
 
 
 def existing_record(spec: RunSpec, record_path: Path) -> dict:
@@ -249,7 +250,7 @@ def existing_record(spec: RunSpec, record_path: Path) -> dict:
     return record
 
 
-def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, log) -> dict:
+def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, log, forked=None) -> dict:
     """The body of :func:`run`, under the run folder's lock."""
     command = train_command(spec, data, run_dir)
     recorded = " ".join(command)
@@ -267,9 +268,10 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
     timing_file = run_dir / "timing.json"
     timing = read_json(timing_file, "the run's timing") if timing_file.exists() else {"training_seconds": 0.0}
     if not scores_file.exists():
-        log(f"[{spec.key}] training")
+        forking = forked is not None and forked.serves(command)
+        log(f"[{spec.key}] training" + (" (fairseq-train forked from this worker)" if forking else ""))
         with open(run_dir / "stdout.log", "a") as out:
-            code = run_timed(command, out, timing, timing_file)
+            code = run_timed(command, out, timing, timing_file, forked)
         if code != 0:
             raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
         log(f"[{spec.key}] scoring checkpoint_best.pt")
@@ -302,7 +304,7 @@ def training_threads() -> int:
 TIMING_INTERVAL = 60.0  # seconds between two writes of a training run's time so far
 
 
-def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
+def run_timed(command: List[str], out, timing: dict, timing_file: Path, forked=None) -> int:
     """Run fairseq-train, adding its time to ``timing["training_seconds"]`` and writing it to
     ``timing_file`` every TIMING_INTERVAL seconds, so a run killed and resumed later still counts
     (within a minute) the time its first part took.  ``timing["threads"]`` collects the number of
@@ -312,13 +314,17 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path) -> int:
     base, start = timing["training_seconds"], time.time()
     from .processes import die_with_parent
 
-    process = subprocess.Popen(
-        command,
-        env=dict(os.environ, PYTHONWARNINGS="ignore"),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        preexec_fn=die_with_parent(),
-    )
+    if forked is not None and forked.serves(command):
+        out.flush()
+        process = forked.start(command, out.name)
+    else:
+        process = subprocess.Popen(
+            command,
+            env=dict(os.environ, PYTHONWARNINGS="ignore"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),
+        )
     while True:
         try:
             code = process.wait(timeout=TIMING_INTERVAL)

@@ -1,19 +1,42 @@
 """One run in its own process (what the local launcher starts):
 
 python -m fairseq_monoattn.experiments.worker SPEC_JSON WORK RESULTS
+
+Before anything else the worker imports what fairseq-train needs and forks the child that will
+train (:class:`~.processes.ForkedTraining`), so the run's training starts without importing torch
+and fairseq a second time.
 """
 
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from .launch import spec_from_json
+from .processes import ForkedTraining, preload_fairseq_train
 from .runs import BUSY_EXIT, RunBusy, RunError, run
+
+
+@contextmanager
+def forked_training():
+    """A :class:`ForkedTraining` for this environment's fairseq-train, where processes fork."""
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        yield None
+        return
+    preload_fairseq_train()
+    forked = ForkedTraining(str(Path(sys.executable).parent / "fairseq-train"))
+    try:
+        yield forked
+    finally:
+        forked.close()
 
 
 def main(argv=None) -> int:
     spec_json, work, results = argv if argv is not None else sys.argv[1:]
+    spec = spec_from_json(spec_json)
     try:
-        run(spec_from_json(spec_json), Path(work), Path(results), log=lambda line: print(line, flush=True))
+        with forked_training() as forked:
+            run(spec, Path(work), Path(results), log=lambda line: print(line, flush=True), forked=forked)
     except RunBusy as busy:
         print(f"skipped: {busy}", file=sys.stderr)
         return BUSY_EXIT
