@@ -28,6 +28,12 @@
    in place: a run killed during that copy leaves a truncated ``checkpoint_last.pt``, and the
    run cannot resume.  Local copies go to a temporary file beside the destination and are
    renamed over it, so the destination is always the old file or the new one.
+
+6. fairseq's gradient clipping (``--clip-norm``, ``utils.clip_grad_norm_``) takes the norm of
+   each gradient in a Python loop, about 20 us a parameter on the CPU: 0.66 ms an update for
+   the 28 parameters of ``gru_monoattn``, where ``torch._foreach_norm`` (the same per-tensor
+   norm kernel on the CPU, so the same total norm bit for bit) takes the clipping to 0.28 ms.
+   Gradients on the CPU take the ``_foreach`` path; elsewhere fairseq's own code runs.
 """
 
 import argparse
@@ -168,8 +174,37 @@ def atomic_checkpoint_copies():
     PathManager.copy = staticmethod(copy)
 
 
+def foreach_grad_norm():
+    original = fairseq_utils.clip_grad_norm_
+    if getattr(original, "foreach", False):
+        return
+
+    @functools.wraps(original)
+    def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> torch.Tensor:
+        """fairseq's ``clip_grad_norm_``: the total norm of the gradients, which are scaled
+        down to ``max_norm`` when it is larger; per-tensor norms taken in one call on the CPU."""
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        grads = [p.grad.detach() for p in params if p is not None and getattr(p, "grad", None) is not None]
+        if len(grads) < 2 or any(hasattr(p, "expert") for p in params):
+            return original(params, max_norm, aggregate_norm_fn)
+        if any(g.device.type != "cpu" or g.dtype != torch.float32 or g.is_sparse for g in grads):
+            return original(params, max_norm, aggregate_norm_fn)
+        # ||g|| = sqrt(sum_i ||g_i||^2), as fairseq stacks the per-tensor norms
+        total_norm = torch.norm(torch.stack(torch._foreach_norm(grads)))
+        if aggregate_norm_fn is not None:
+            total_norm = aggregate_norm_fn(total_norm)
+        if max_norm > 0:
+            clip_coef = (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1)
+            torch._foreach_mul_(grads, clip_coef)
+        return total_norm
+
+    clip_grad_norm_.foreach = True
+    fairseq_utils.clip_grad_norm_ = clip_grad_norm_
+
+
 allow_fairseq_checkpoints()
 atomic_checkpoint_copies()
+foreach_grad_norm()
 keep_last_batch()
 one_log_file_handler()
 seed_the_cpu_alone()

@@ -109,3 +109,28 @@ def test_checkpoint_copies_leave_the_old_file_or_the_new_one_never_a_part(tmp_pa
     assert last.read_bytes() == best.read_bytes()
     assert checkpoint_utils.PathManager.copy(str(best), str(tmp_path / "new.pt"))
     assert (tmp_path / "new.pt").read_bytes() == best.read_bytes()
+
+
+@pytest.mark.parametrize("max_norm", [0.0, 0.5, 1e6])
+def test_gradient_clipping_gives_fairseqs_norm_and_gradients_bit_for_bit(max_norm):
+    """The _foreach clipping against fairseq's own loop (functools.wraps keeps it as __wrapped__),
+    on gradients of the sizes a model has (a bias, a bias-free matrix, a large embedding)."""
+    from fairseq import utils as fairseq_utils
+
+    assert fairseq_utils.clip_grad_norm_.foreach  # what fairseq's optimizers call
+    generator = torch.Generator().manual_seed(5)
+    shapes = [(1,), (7,), (64, 3), (128, 192), (1000, 64), ()]
+    clipped = []
+    for clip in (fairseq_utils.clip_grad_norm_, fairseq_utils.clip_grad_norm_.__wrapped__):
+        params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+        generator.manual_seed(5)
+        for p, scale in zip(params, (1e-3, 1.0, 3.0, 0.1, 1e-2, 2.0)):
+            p.grad = torch.randn(p.shape, generator=generator) * scale
+        params.append(torch.nn.Parameter(torch.zeros(3)))  # no gradient: left out of the norm
+        norm = clip(params, max_norm)
+        clipped.append((norm, [p.grad for p in params[:-1]]))
+    (norm, grads), (fairseq_norm, fairseq_grads) = clipped
+    assert torch.equal(norm, fairseq_norm) and norm.item() > 1.0
+    assert all(torch.equal(a, b) for a, b in zip(grads, fairseq_grads))
+    if max_norm == 0.5:
+        assert abs(torch.norm(torch.stack([g.norm() for g in grads])).item() - 0.5) < 1e-5
