@@ -454,6 +454,43 @@ def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
     assert json.loads((tmp_path / "timing.json").read_text())["threads"] == timing["threads"]
 
 
+FORKED_TRAINING_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from fairseq_monoattn.experiments import runs
+from fairseq_monoattn.experiments.processes import ForkedTraining
+
+program, folder = sys.argv[1], Path(sys.argv[2])
+unused = ForkedTraining(program)
+start = time.time()
+unused.close()  # the child exits when the pipe closes with no command
+closed = time.time() - start
+forked = ForkedTraining(program)
+served = [forked.serves([sys.executable, "-c", "pass"]), forked.serves([program, "data"])]
+with open(folder / "stdout.log", "a") as out:
+    code = runs.run_timed([program, "data", "--arch", "no_such_arch"], out, {"training_seconds": 0.0},
+                          folder / "timing.json", forked)
+served.append(forked.serves([program, "data"]))  # one use
+print(json.dumps({"closed": closed, "served": served, "code": code}))
+"""
+
+
+def test_a_forked_training_fails_as_the_command_does_and_an_unused_one_exits(tmp_path):
+    """ForkedTraining in a process of its own (a test must not fork pytest's worker): an unused
+    child goes at once, a fairseq-train error comes back as the command's exit status with its
+    message in the log, and the child serves one fairseq-train command only."""
+    program = str(Path(sys.executable).parent / "fairseq-train")
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_TRAINING_SCRIPT, program, str(tmp_path)],
+        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["closed"] < 5 and result["served"] == [False, True, False]
+    assert result["code"] == 2  # argparse's exit status, as `fairseq-train data --arch no_such_arch` gives
+    assert "invalid choice: 'no_such_arch'" in (tmp_path / "stdout.log").read_text()
+
+
 def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
     """Same command, changed default: the half-trained checkpoint must not be continued."""
     import torch
