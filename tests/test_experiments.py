@@ -240,8 +240,8 @@ def test_local_launcher_runs_what_is_missing_once(tmp_path):
     record = run(specs[0], console / "work", console / "results")  # this test's process: the command
     assert record["valid_accuracy"] == json.loads(specs[0].record_path(results).read_text())["valid_accuracy"]
     forked_model, console_model = (
-        torch.load(s.run_dir(w) / "checkpoints" / "checkpoint_best.pt", weights_only=False)["model"]
-        for s, w in ((specs[0], work), (specs[0], console / "work"))
+        torch.load(specs[0].run_dir(w) / "checkpoints" / "checkpoint_best.pt", weights_only=False)["model"]
+        for w in (work, console / "work")
     )
     assert forked_model.keys() == console_model.keys()
     assert all(torch.equal(forked_model[k], console_model[k]) for k in forked_model)
@@ -471,7 +471,12 @@ with open(folder / "stdout.log", "a") as out:
     code = runs.run_timed([program, "data", "--arch", "no_such_arch"], out, {"training_seconds": 0.0},
                           folder / "timing.json", forked)
 served.append(forked.serves([program, "data"]))  # one use
-print(json.dumps({"closed": closed, "served": served, "code": code}))
+try:
+    forked.start([program, "data"], str(folder / "again.log"))
+    refused = False
+except ValueError:
+    refused = True
+print(json.dumps({"closed": closed, "served": served, "code": code, "refused": refused}))
 """
 
 
@@ -486,7 +491,7 @@ def test_a_forked_training_fails_as_the_command_does_and_an_unused_one_exits(tmp
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["closed"] < 5 and result["served"] == [False, True, False]
+    assert result["closed"] < 5 and result["served"] == [False, True, False] and result["refused"]
     assert result["code"] == 2  # argparse's exit status, as `fairseq-train data --arch no_such_arch` gives
     assert "invalid choice: 'no_such_arch'" in (tmp_path / "stdout.log").read_text()
 

@@ -60,13 +60,13 @@ class ForkedTraining:
     def __init__(self, program: str):
         self.program = program
         read, self._pipe = os.pipe()
-        parent = os.getpid()
+        set_death_signal = die_with_parent()  # made here: it names this process as the parent
         sys.stdout.flush()
         sys.stderr.flush()
         self.pid = os.fork()
         if self.pid == 0:  # the child: never returns
             os.close(self._pipe)
-            _serve_training(read, parent)
+            _serve_training(read, set_death_signal)
         os.close(read)
         self.started = False
 
@@ -74,6 +74,8 @@ class ForkedTraining:
         return not self.started and bool(command) and command[0] == self.program
 
     def start(self, command: List[str], log_path: str) -> "ForkedProcess":
+        if not self.serves(command):
+            raise ValueError(f"this forked fairseq-train does not serve {command[:1]} (used, or another program)")
         message = json.dumps({"argv": list(command), "log": str(log_path)}).encode()
         os.write(self._pipe, message)  # a pipe takes 64 KiB unread: a command line is far less
         os.close(self._pipe)
@@ -103,23 +105,18 @@ class ForkedProcess:
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
             elif time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.program_name, timeout)
+                raise subprocess.TimeoutExpired("fairseq-train", timeout)
             else:
                 time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         return self.returncode
 
-    program_name = "fairseq-train"
 
-
-def _serve_training(read: int, parent: int) -> None:
+def _serve_training(read: int, set_death_signal: Optional[Callable[[], None]]) -> None:
     """The forked child: wait for the command, run fairseq-train on it, exit with its code."""
     code = 1
     try:
-        libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-        if libc is not None:
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the worker ended before the death signal was set
-            os._exit(1)
+        if set_death_signal is not None:
+            set_death_signal()
         chunks = []
         while True:
             chunk = os.read(read, 65536)
@@ -130,8 +127,8 @@ def _serve_training(read: int, parent: int) -> None:
         if not chunks:  # no training for this run
             os._exit(0)
         message = json.loads(b"".join(chunks))
-        if libc is not None:
-            libc.prctl(PR_SET_NAME, b"fairseq-train")
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, b"fairseq-train")
         log = os.open(message["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         os.dup2(log, 1)
         os.dup2(log, 2)

@@ -268,8 +268,8 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
     timing_file = run_dir / "timing.json"
     timing = read_json(timing_file, "the run's timing") if timing_file.exists() else {"training_seconds": 0.0}
     if not scores_file.exists():
-        forking = forked is not None and forked.serves(command)
-        log(f"[{spec.key}] training" + (" (fairseq-train forked from this worker)" if forking else ""))
+        forked = forked if forked is not None and forked.serves(command) else None
+        log(f"[{spec.key}] training" + (" (fairseq-train forked from this worker)" if forked else ""))
         with open(run_dir / "stdout.log", "a") as out:
             code = run_timed(command, out, timing, timing_file, forked)
         if code != 0:
@@ -309,12 +309,14 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path, forked=N
     ``timing_file`` every TIMING_INTERVAL seconds, so a run killed and resumed later still counts
     (within a minute) the time its first part took.  ``timing["threads"]`` collects the number of
     intra-op threads of each part: float sums are split by thread, so the same seed trains another
-    trajectory with another thread count, and a record must say which it had."""
+    trajectory with another thread count, and a record must say which it had.  ``forked``: a
+    :class:`~.processes.ForkedTraining` that serves ``command`` (the training runs in its child),
+    or None (a new process runs the command)."""
     timing["threads"] = sorted(set(timing.get("threads", [])) | {training_threads()})
     base, start = timing["training_seconds"], time.time()
     from .processes import die_with_parent
 
-    if forked is not None and forked.serves(command):
+    if forked is not None:  # a ForkedTraining that serves this command
         out.flush()
         process = forked.start(command, out.name)
     else:

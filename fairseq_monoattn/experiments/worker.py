@@ -7,7 +7,6 @@ train (:class:`~.processes.ForkedTraining`), so the run's training starts withou
 and fairseq a second time.
 """
 
-import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from .runs import BUSY_EXIT, RunBusy, RunError, run
 @contextmanager
 def forked_training():
     """A :class:`ForkedTraining` for this environment's fairseq-train, where processes fork."""
-    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         yield None
         return
     preload_fairseq_train()
