@@ -13,9 +13,11 @@ __version__ = "0.3.0"
 def register() -> None:
     """Register the plugin's model, presets, task and criterion with fairseq (idempotent)."""
     from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
+    from .allocator import keep_freed_memory
     from .errors import install_excepthook
 
     install_excepthook()  # the plugin's errors inside fairseq's commands: one line, not a traceback
+    keep_freed_memory()  # glibc keeps freed memory for the next update (allocator.py)
     from .criterions import sequence_accuracy  # noqa: F401
     from .models import (
         gru_seq2seq,  # noqa: F401  (the model and its presets)
