@@ -54,7 +54,7 @@ def reason_to_keep_defaults(environ: Mapping[str, str]) -> Optional[str]:
 
 def glibc():
     """The C library of this process where it is glibc (it has ``mallopt``), else None."""
-    if not os.name == "posix":
+    if os.name != "posix":
         return None
     try:
         libc = ctypes.CDLL(None)
