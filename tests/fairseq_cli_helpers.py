@@ -12,6 +12,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_cli import generate as generate_cli
 from fairseq_cli import preprocess as preprocess_cli
 from fairseq_cli import train as train_cli
+from forked_commands import THREAD_ENV, command
 
 import fairseq_monoattn
 
@@ -69,11 +70,15 @@ def hypotheses(lines):
     return found
 
 
-def run_command(name, *argv, cwd=None):
-    """A real console script from this environment (fairseq-train, fairseq-generate, ...)."""
-    # one thread: a training beside other work on a small machine spins against it with two
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    result = subprocess.run([str(BIN / name), *argv], cwd=cwd, env=env, capture_output=True, text=True)
+def run_command(name, *argv, cwd=None, new_process=False):
+    """A console script of this environment (fairseq-train, fairseq-generate, ...), on one thread,
+    forked from the tests' command server (forked_commands.py) or, with ``new_process``, as a new
+    process; its output, or an AssertionError with it."""
+    if new_process:
+        env = dict(os.environ, **THREAD_ENV)
+        result = subprocess.run([str(BIN / name), *argv], cwd=cwd, env=env, capture_output=True, text=True)
+    else:
+        result = command(name, *argv, cwd=cwd)
     if result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
     return result.stdout + result.stderr

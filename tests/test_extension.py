@@ -118,6 +118,7 @@ def test_train_generate_and_score_from_outside_the_repository(extension, tmp_pat
         "--seed",
         "1",
         cwd=work,
+        new_process=True,
     )
     checkpoint = torch.load(save / "checkpoint_last.pt", weights_only=True)
     model_cfg = checkpoint["cfg"]["model"]
@@ -139,6 +140,7 @@ def test_train_generate_and_score_from_outside_the_repository(extension, tmp_pat
         "--batch-size",
         "4",
         cwd=work,
+        new_process=True,
     )
     assert sorted(hypotheses(output.splitlines())) == list(range(10))
     out = work / "scores.json"
@@ -155,5 +157,6 @@ def test_train_generate_and_score_from_outside_the_repository(extension, tmp_pat
         "--user-dir",
         str(EXTENSION),
         cwd=work,
+        new_process=True,
     )
     assert json.loads(out.read_text())["splits"]["test"]["size"] == 10

@@ -14,18 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 from fairseq_cli_helpers import TINY, preprocess, tiny_spec, with_tiny_data, write_copy_dataset
+from forked_commands import THREAD_ENV, command
 
 from fairseq_monoattn.experiments.runs import run
 from fairseq_monoattn.models.presets import PRESETS
 
 BIN = Path(sys.executable).parent
-ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-
-
-def command(name, *argv, cwd=None, timeout=600):
-    return subprocess.run(
-        [str(BIN / name), *map(str, argv)], capture_output=True, text=True, cwd=cwd, env=ENV, timeout=timeout
-    )
+ENV = dict(os.environ, **THREAD_ENV)
 
 
 def error_lines(done):

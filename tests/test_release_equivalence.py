@@ -121,10 +121,9 @@ def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp
     release's log-probabilities; fairseq-monoattn-score runs it; an existing --out, an unknown
     model and a vocabulary that does not fit are refused."""
     import json
-    import subprocess
-    import sys
 
     from fairseq_cli_helpers import write_copy_dataset
+    from forked_commands import command
 
     from fairseq_monoattn.scoring import load_checkpoint
 
@@ -135,12 +134,10 @@ def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp
     vocab.write_text(json.dumps({token: i for i, token in enumerate(fixture["vocab"])}))
     data = write_copy_dataset(tmp_path / "data", {"train": (40, 3, 6), "valid": (8, 5, 6), "test": (9, 4, 8)})
     out = tmp_path / "converted.pt"
-    bin_ = Path(sys.executable).parent
 
     def convert_command(*extra, model="BiGRU_mixattn", to=out):
-        return subprocess.run([str(bin_ / "fairseq-monoattn-convert"), "--release-checkpoint", str(release),
-                               "--release-model", model, "--vocab", str(vocab), "--data", str(data / "bin"),
-                               "--out", str(to), *extra], capture_output=True, text=True, timeout=300)  # fmt: skip
+        return command("fairseq-monoattn-convert", "--release-checkpoint", release, "--release-model", model,
+                       "--vocab", vocab, "--data", data / "bin", "--out", to, *extra, timeout=300)  # fmt: skip
 
     done = convert_command()
     assert done.returncode == 0, done.stderr
@@ -157,9 +154,8 @@ def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp
     # the checkpoint holds float32 weights: the release's function within float32 rounding
     assert torch.allclose(lprobs[mask[:, :steps]], fixture["log_probs"][:3, :steps][mask[:, :steps]], atol=2e-5)
     scores = tmp_path / "scores.json"
-    scored = subprocess.run([str(bin_ / "fairseq-monoattn-score"), "--checkpoint", str(out), "--data",
-                             str(data / "bin"), "--splits", "test", "--out", str(scores)], capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    scored = command("fairseq-monoattn-score", "--checkpoint", out, "--data", data / "bin", "--splits", "test",
+                     "--out", scores, timeout=300)  # fmt: skip
     assert scored.returncode == 0 and json.loads(scores.read_text())["splits"]["test"]["size"] == 9
     again = convert_command()
     assert again.returncode == 2 and "exists; nothing was written" in again.stderr
