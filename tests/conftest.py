@@ -34,8 +34,9 @@ def pytest_configure(config):
         # SIGTERM too, to each worker's session (the worker and the commands its test started).
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, functools.partial(forward_to_workers, previous=signal.getsignal(signum)))
-    # before any test: the server's children run the commands tests start (forked_commands.py)
-    forked_commands.start_server()
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):  # runs tests
+        # before any test: the server's children run the commands tests start (forked_commands.py)
+        forked_commands.start_server()
     config.addinivalue_line(
         "markers",
         "long(seconds): a test that runs for many seconds (trainings through fairseq's commands); the suite "
