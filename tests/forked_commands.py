@@ -54,14 +54,20 @@ def command(name: str, *argv, cwd=None, env=None, timeout: float = 600) -> subpr
     THREAD_ENV."""
     argv = [str(a) for a in argv]
     environment = dict(os.environ, **THREAD_ENV, **(env or {}))
-    if _server is None or not _server.alive():
+    if not server_running():
         return subprocess.run(
             [str(BIN / name), *argv], capture_output=True, text=True, cwd=cwd, env=environment, timeout=timeout
         )
     return _server.run(name, argv, cwd=cwd, env=environment, timeout=timeout)
 
 
+def server_running() -> bool:
+    return _server is not None and _server.alive()
+
+
 class CommandServer:
+    """The test process's end of the server: requests go down one pipe, replies come up another."""
+
     def __init__(self):
         request_read, self._requests = os.pipe()
         self._replies, reply_write = os.pipe()

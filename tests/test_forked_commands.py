@@ -5,13 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import forked_commands
 import pytest
-from forked_commands import THREAD_ENV, command
+from forked_commands import THREAD_ENV, command, server_running
 
 BIN = Path(sys.executable).parent
 
-pytestmark = pytest.mark.skipif(forked_commands._server is None, reason="no command server (no os.fork)")
+pytestmark = pytest.mark.skipif(not server_running(), reason="no command server (no os.fork)")
 
 
 def new_process(name, *argv, cwd):
