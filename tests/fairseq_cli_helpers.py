@@ -2,22 +2,18 @@
 
 import contextlib
 import io
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_commands
 from fairseq import checkpoint_utils, distributed_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_cli import generate as generate_cli
 from fairseq_cli import preprocess as preprocess_cli
 from fairseq_cli import train as train_cli
-from forked_commands import THREAD_ENV, command
 
 import fairseq_monoattn
 
 USER_DIR = str(Path(fairseq_monoattn.__file__).resolve().parent)
-BIN = Path(sys.executable).parent
 
 
 def forget_previous_runs():
@@ -74,11 +70,8 @@ def run_command(name, *argv, cwd=None, new_process=False):
     """A console script of this environment (fairseq-train, fairseq-generate, ...), on one thread,
     forked from the tests' command server (forked_commands.py) or, with ``new_process``, as a new
     process; its output, or an AssertionError with it."""
-    if new_process:
-        env = dict(os.environ, **THREAD_ENV)
-        result = subprocess.run([str(BIN / name), *argv], cwd=cwd, env=env, capture_output=True, text=True)
-    else:
-        result = command(name, *argv, cwd=cwd)
+    run = forked_commands.new_process if new_process else forked_commands.command
+    result = run(name, *argv, cwd=cwd)
     if result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
     return result.stdout + result.stderr

@@ -3,8 +3,8 @@
 Most of the suite's commands fail fast on purpose (a damaged checkpoint, another dictionary)
 or train for a second, yet each new process spends 3-5 CPU-seconds importing torch and fairseq
 first: a hundred of them were half of the suite's CPU time.  A *command server*, forked from
-this test process before any test ran, imports fairseq, its commands and the plugin once; each
-command is then a child forked from the server, which runs the console script's own entry
+this test process before any test ran, imports torch and fairseq once; each command is then a
+child forked from the server, which runs the console script's own entry
 point (the ``console_scripts`` entry of the installed package) with the given arguments, folder
 and environment and a new process's module search path, its standard output and error in
 files, and exits with the code the script would.  The server has done no tensor work (a
@@ -52,13 +52,22 @@ def command(name: str, *argv, cwd=None, env=None, timeout: float = 600) -> subpr
     """``subprocess.run([BIN/name, *argv], capture_output=True, text=True)``, forked from the
     command server when there is one; ``env`` is added to this process's environment and
     THREAD_ENV."""
-    argv = [str(a) for a in argv]
-    environment = dict(os.environ, **THREAD_ENV, **(env or {}))
     if not server_running():
-        return subprocess.run(
-            [str(BIN / name), *argv], capture_output=True, text=True, cwd=cwd, env=environment, timeout=timeout
-        )
-    return _server.run(name, argv, cwd=cwd, env=environment, timeout=timeout)
+        return new_process(name, *argv, cwd=cwd, env=env, timeout=timeout)
+    environment = dict(os.environ, **THREAD_ENV, **(env or {}))
+    return _server.run(name, [str(a) for a in argv], cwd=cwd, env=environment, timeout=timeout)
+
+
+def new_process(name: str, *argv, cwd=None, env=None, timeout: Optional[float] = 600) -> subprocess.CompletedProcess:
+    """:func:`command` as a new process, always."""
+    return subprocess.run(
+        [str(BIN / name), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=dict(os.environ, **THREAD_ENV, **(env or {})),
+        timeout=timeout,
+    )
 
 
 def server_running() -> bool:
@@ -89,8 +98,8 @@ class CommandServer:
     def run(self, name, argv, cwd, env, timeout) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory() as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            request = {"name": name, "argv": argv, "cwd": str(cwd or os.getcwd()), "env": env}
-            request.update(stdout=str(out), stderr=str(err))
+            request = {"name": name, "argv": argv, "cwd": str(cwd or os.getcwd()), "env": env,
+                       "stdout": str(out), "stderr": str(err)}  # fmt: skip
             os.write(self._requests, json.dumps(request).encode() + b"\n")
             child = int(self._line(time.monotonic() + 60))
             try:
@@ -135,7 +144,6 @@ def _serve(requests: int, replies: int) -> None:
         # output to the file descriptors, which each child points at its own files
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
-        import importlib
         import importlib.metadata
 
         # fairseq and the libraries its commands import; not the commands' modules (their import

@@ -1,27 +1,11 @@
 """The tests' command server runs a console script as a new process would."""
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from forked_commands import THREAD_ENV, command, server_running
-
-BIN = Path(sys.executable).parent
+from forked_commands import command, new_process, server_running
 
 pytestmark = pytest.mark.skipif(not server_running(), reason="no command server (no os.fork)")
-
-
-def new_process(name, *argv, cwd):
-    return subprocess.run(
-        [str(BIN / name), *map(str, argv)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=dict(os.environ, **THREAD_ENV),
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize(
@@ -36,7 +20,7 @@ def new_process(name, *argv, cwd):
 )
 def test_a_forked_command_exits_and_writes_as_the_installed_command(tmp_path, argv):
     forked = command(*argv, cwd=tmp_path)
-    real = new_process(*argv, cwd=tmp_path)
+    real = new_process(*argv, cwd=tmp_path, timeout=300)
     assert forked.returncode == real.returncode
     # the same output but for fairseq's import-time notes, which the server printed when it
     # imported fairseq, before any command
