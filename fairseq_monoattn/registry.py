@@ -76,6 +76,16 @@ class Scorer(nn.Module):
         step by step; a scorer may compute them together."""
         return torch.stack([self(q, memory, first_step + t) for t, q in enumerate(queries.unbind(1))], dim=1)
 
+    def xavier_init(self) -> None:
+        """``--scorer-init xavier``: draw the scorer's own weights as the authors' release draws every
+        projection of its attention, Xavier-uniform on each weight's own shape.  This default draws
+        every parameter of two or more dimensions and leaves vectors (the relative scorer's u and v)
+        as they are; a scorer whose weights need another draw overrides it."""
+        with torch.no_grad():
+            for parameter in self.parameters():
+                if parameter.dim() >= 2:
+                    nn.init.xavier_uniform_(parameter)
+
 
 class StepActivation(nn.Module):
     """steps_t = act(rho_t): how far (in source positions) the focus moves from its reference."""

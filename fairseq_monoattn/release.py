@@ -68,6 +68,7 @@ RELEASE_CONVENTIONS: Dict[str, Any] = {
     "location_normalization": "sum-per-column",
     "attention_query_bias": False,
     "share_all_embeddings": False,
+    "scorer_init": "xavier",
 }
 # release special tokens -> fairseq's
 SPECIAL_TOKENS = {"<sos>": "<s>", "<eos>": "</s>", "<pad>": "<pad>", "<unk>": "<unk>"}

@@ -125,6 +125,34 @@ def test_xavier_init_shapes_bounds_and_missing_biases():
     assert default.values[2].bias is not None and default.keys.bias is not None
 
 
+def test_scorer_init_xavier_draws_the_relative_projection_and_nothing_else():
+    """--scorer-init xavier redraws the scorer's weight matrices (the relative scorer's W_r, d x d)
+    Xavier-uniform, bound sqrt(6 / 2d), after the rest of the attention's draws: the encoder and
+    the attention's other weights are the default's, weight for weight; u and v stay zero; a model
+    whose scorer has no weights is unchanged."""
+    default = build("gru_relative", D)
+    xavier = build("gru_relative", D, scorer_init="xavier")
+    w_r, w_default = (
+        xavier.decoder.attention.scorer.position_proj.weight,
+        default.decoder.attention.scorer.position_proj.weight,
+    )
+    bound = xavier_bound(128, 128)
+    assert w_r.abs().max().item() <= bound and w_r.std().item() == pytest.approx(bound / 3**0.5, rel=0.05)
+    # torch's default draws U(-1/sqrt(d), 1/sqrt(d)): 1.73x narrower at d = 128
+    assert w_default.abs().max().item() <= 1 / 128**0.5 < bound
+    assert w_default.std().item() == pytest.approx(1 / 128**0.5 / 3**0.5, rel=0.05)
+    drawn_before = [key for key in default.state_dict() if key.startswith(("encoder.", "decoder.attention."))]
+    changed = [key for key in drawn_before if not torch.equal(xavier.state_dict()[key], default.state_dict()[key])]
+    assert changed == ["decoder.attention.scorer.position_proj.weight"]
+    scorer = xavier.decoder.attention.scorer
+    assert scorer.content_bias.abs().sum().item() == 0 and scorer.position_bias.abs().sum().item() == 0
+    for arch in ("gru_content", "gru_birope", "gru_onestep"):
+        plain, redrawn = build(arch, D).state_dict(), build(arch, D, scorer_init="xavier").state_dict()
+        assert all(torch.equal(value, redrawn[key]) for key, value in plain.items())
+    with pytest.raises(ValueError, match="--scorer-init"):
+        build("gru_relative", D, scorer_init="normal")
+
+
 @pytest.mark.parametrize("projection", [True, False])
 def test_joint_head_init_draws_locattns_step_gate_and_bias_as_one_tensor(projection):
     """--location-head-init joint: LocAttn's step, bias and gate vectors share one Xavier fan

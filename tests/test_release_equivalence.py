@@ -4,6 +4,8 @@ digits, teacher forced, float64; PROVENANCE.md there).  Converted onto its prese
 fairseq_monoattn.release, the plugin gives the same log-probabilities, attention weights and
 direction gate."""
 
+import dataclasses
+import statistics
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,37 @@ def test_the_converted_preset_computes_the_release_function(name, value_path):
         assert want[:, width:].abs().sum() == 0 if want.size(1) > width else True
     if "direction_gate" in fixture:
         assert torch.allclose(extra["direction"], fixture["direction_gate"], atol=1e-9), name
+
+
+def initial_spreads(converted, seeds=10):
+    """{parameter: median over the seeds of the standard deviation of its initial draw} of the
+    preset with ``converted``'s options."""
+    spreads = {}
+    for seed in range(seeds):
+        for key, value in build(converted.arch, D, seed=seed, **converted.options).state_dict().items():
+            if value.is_floating_point() and value.numel() > 1:
+                spreads.setdefault(key, []).append(value.std().item())
+    return {key: statistics.median(values) for key, values in spreads.items()}
+
+
+def test_with_the_release_conventions_every_weight_is_drawn_with_the_releases_spread():
+    """Every weight of 64 or more numbers that the release draws at random has, in the preset with
+    the release's conventions, the same spread: the release's draw's standard deviation is within
+    0.75-1.33 of the preset's (the median over 10 seeds; a draw of 64 numbers from one distribution
+    strays about 6 % from its standard deviation).  Without --scorer-init xavier, the relative
+    scorer's W_r is 1.7 times narrower than the release's."""
+    for name in NAMES:
+        fixture = load(name)
+        converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+        spreads = initial_spreads(converted)
+        for key, value in converted.state_dict.items():
+            if value.numel() >= 64 and value.std().item() > 0:
+                assert 0.75 < value.std().item() / spreads[key] < 1.33, (name, key)
+    fixture = load("gru_relative")
+    converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+    w_r = "decoder.attention.scorer.position_proj.weight"
+    torch_default = dataclasses.replace(converted, options=dict(converted.options, scorer_init="pytorch"))
+    assert converted.state_dict[w_r].std().item() / initial_spreads(torch_default)[w_r] > 1.5
 
 
 def test_with_fairseqs_conventions_the_functions_differ():

@@ -202,6 +202,7 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
         location_head_init=cfg.location_head_init,
         query_bias=cfg.attention_query_bias,
         value_path=cfg.value_path,
+        scorer_init=cfg.scorer_init,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from .. import modules  # noqa: F401  (registers the plugin's own attention entries)
 from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
-from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, VALUE_PATHS
+from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, SCORER_INITS, VALUE_PATHS
 from ..registry import ENTRY_OPTIONS, REGISTRIES, RESERVED_OPTIONS, entry_options_read
 
 EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
@@ -97,6 +97,12 @@ class GRUSeq2SeqOptions:
         "attention and output layers: torch's default init, or Xavier-uniform without the biases "
         "the authors' release leaves out",
         choices=LINEAR_INITS,
+    )
+    scorer_init: str = option(
+        "pytorch",
+        "the content scorer's own weights (the relative scorer's W_r): torch's default init, or Xavier-uniform "
+        "as the authors' release draws them",
+        choices=SCORER_INITS,
     )
     source_eos: bool = option(True, "keep fairseq's source </s> as an encoder position between the tokens and END")
     decoder_start: str = option(
@@ -255,7 +261,7 @@ def unused_options(cfg: Mapping[str, Any]) -> set:
     if not mixes:
         unused.update(("mix_temperature", "position_reference"))
     if cfg["attention_scoring"] == "none":
-        unused.add("attention_query_bias")
+        unused.update(("attention_query_bias", "scorer_init"))
     if not cfg["clamp_center"]:
         unused.add("clamp_slope")
     # "joint" and "per-head" differ only for xavier and more than the step vector (a reference

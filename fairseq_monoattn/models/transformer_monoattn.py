@@ -346,6 +346,7 @@ def location_defaults(args: Namespace) -> None:
     args.attention_dim = args.decoder_embed_dim
     args.linear_init = getattr(args, "linear_init", "pytorch") or "pytorch"
     args.location_head_init = getattr(args, "location_head_init", "per-head") or "per-head"
+    args.scorer_init = getattr(args, "scorer_init", "pytorch") or "pytorch"
 
 
 # --- named architectures ----------------------------------------------------------------------------

@@ -27,8 +27,9 @@ intermediate l_t = f_l(h_{t-1}) (a d x d layer); without it the heads read h_{t-
 Both are linear in h, but they train differently (the product of two matrices under Adam).
 
 Initialisation (``--linear-init``): "pytorch" keeps torch's defaults; "xavier" draws every
-weight of the attention from a Xavier-uniform distribution of its own shape, with no bias
-on the keys, the query, the value output and the location heads, as the authors' release.
+weight of the attention's own layers from a Xavier-uniform distribution of its own shape, with
+no bias on the keys, the query, the value output and the location heads, as the authors'
+release.  The content scorer's own weights (the relative scorer's W_r) follow ``--scorer-init``.
 """
 
 import math
@@ -47,6 +48,9 @@ from .step_linear import read_rows
 
 POSITION_REFERENCES = ("mixed", "location")
 LINEAR_INITS = ("pytorch", "xavier")
+# the content scorer's own weights (the relative scorer's W_r): torch's default init, or
+# Xavier-uniform (Scorer.xavier_init), as the authors' release draws its relative projection
+SCORER_INITS = ("pytorch", "xavier")
 # how the xavier init draws the location heads' vectors (step, width, bias, gate):
 # "per-head": each vector on its own fan (d in, 1 out);
 # "joint":    as the release, whose LocAttn draws its step, gate and bias vectors as one
@@ -77,6 +81,7 @@ class CrossAttention(nn.Module):
         location_head_init: str = "per-head",
         query_bias: bool = True,
         value_path: str = "folded",
+        scorer_init: str = "pytorch",
     ):
         """
         encoder_dim, query_dim: sizes of the encodings e_i and of the query state h_{t-1};
@@ -90,7 +95,9 @@ class CrossAttention(nn.Module):
         linear_init, location_head_init: see the module's docstring;
         query_bias: the content query q_t = W_q h + b_q has a trainable bias (False: b_q stays 0, as
         the release's query projection has none);
-        value_path: see VALUE_PATHS.
+        value_path: see VALUE_PATHS;
+        scorer_init: see SCORER_INITS (redrawn last, so that the attention's other weights draw
+        what they would draw without it).
         """
         super().__init__()
         if scorer is None and location is None:
@@ -99,6 +106,7 @@ class CrossAttention(nn.Module):
         check_choice("linear-init", linear_init, LINEAR_INITS)
         check_choice("location-head-init", location_head_init, LOCATION_HEAD_INITS)
         check_choice("value-path", value_path, VALUE_PATHS)
+        check_choice("scorer-init", scorer_init, SCORER_INITS)
         attention_dim = attention_dim or query_dim
         xavier = linear_init == "xavier"
         self.direction_gate = direction_gate
@@ -136,6 +144,8 @@ class CrossAttention(nn.Module):
             self.xavier_init(joint_heads=location_head_init == "joint")
         if not query_bias and self.scorer is not None:
             self.freeze_query_bias()
+        if scorer_init == "xavier" and self.scorer is not None:
+            self.scorer.xavier_init()
 
     def freeze_query_bias(self):
         """b_q = 0 for good: its entries of the readout's bias start at zero and get no gradient."""
