@@ -141,8 +141,9 @@ def test_scorer_init_xavier_draws_the_relative_projection_and_nothing_else():
     # torch's default draws U(-1/sqrt(d), 1/sqrt(d)): 1.73x narrower at d = 128
     assert w_default.abs().max().item() <= 1 / 128**0.5 < bound
     assert w_default.std().item() == pytest.approx(1 / 128**0.5 / 3**0.5, rel=0.05)
-    drawn_before = [key for key in default.state_dict() if key.startswith(("encoder.", "decoder.attention."))]
-    changed = [key for key in drawn_before if not torch.equal(xavier.state_dict()[key], default.state_dict()[key])]
+    ours, theirs = xavier.state_dict(), default.state_dict()
+    drawn_before = [key for key in theirs if key.startswith(("encoder.", "decoder.attention."))]
+    changed = [key for key in drawn_before if not torch.equal(ours[key], theirs[key])]
     assert changed == ["decoder.attention.scorer.position_proj.weight"]
     scorer = xavier.decoder.attention.scorer
     assert scorer.content_bias.abs().sum().item() == 0 and scorer.position_bias.abs().sum().item() == 0

@@ -30,9 +30,14 @@ def load(name):
     return torch.load(FIXTURES / f"{name}.pt", weights_only=True)
 
 
+def conversion(fixture, value_path="two"):
+    """The fixture's release model converted onto its preset, in the digit dictionary's order."""
+    return convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS,
+                   value_path=value_path)  # fmt: skip
+
+
 def converted_model(fixture, value_path="two"):
-    converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS,
-                        value_path=value_path)  # fmt: skip
+    converted = conversion(fixture, value_path)
     model = build(converted.arch, D, **converted.options).double().eval()
     model.load_state_dict({k: v.double() for k, v in converted.state_dict.items()})
     return model
@@ -92,13 +97,13 @@ def test_with_the_release_conventions_every_weight_is_drawn_with_the_releases_sp
     scorer's W_r is 1.7 times narrower than the release's."""
     for name in NAMES:
         fixture = load(name)
-        converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+        converted = conversion(fixture)
         spreads = initial_spreads(converted)
         for key, value in converted.state_dict.items():
             if value.numel() >= 64 and value.std().item() > 0:
                 assert 0.75 < value.std().item() / spreads[key] < 1.33, (name, key)
     fixture = load("gru_relative")
-    converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+    converted = conversion(fixture)
     w_r = "decoder.attention.scorer.position_proj.weight"
     torch_default = dataclasses.replace(converted, options=dict(converted.options, scorer_init="pytorch"))
     assert converted.state_dict[w_r].std().item() / initial_spreads(torch_default)[w_r] > 1.5
@@ -118,7 +123,7 @@ def test_with_fairseqs_conventions_the_functions_differ():
 def test_the_release_mix_models_that_never_mix_convert_to_the_unmixed_presets():
     for name, preset in (("release_mix_onestep", "gru_onestep"), ("release_mix_monoattn", "gru_monoattn")):
         fixture = load(name)
-        converted = convert(fixture["state_dict"], fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS)
+        converted = conversion(fixture)
         assert converted.arch == preset
         assert not any("mix" in key for key in converted.state_dict)
 
