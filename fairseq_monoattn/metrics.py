@@ -16,6 +16,12 @@ def strip_pad(tokens: torch.Tensor, pad: int) -> List[int]:
     return tokens[tokens.ne(pad)].tolist()
 
 
+def strip_pad_rows(tokens: torch.Tensor, pad: int) -> List[List[int]]:
+    """``strip_pad`` of every row of a batch (B, T), from one conversion of the whole batch to
+    Python lists (a validation batch of 256 rows otherwise makes 256 indexing calls)."""
+    return [[token for token in row if token != pad] for row in tokens.tolist()]
+
+
 def is_exact_match(hypothesis: Sequence[int], target: Sequence[int]) -> bool:
     return list(hypothesis) == list(target)
 
@@ -185,7 +191,8 @@ class GreedyOutput:
 def wrong_rows(hypotheses, target: torch.Tensor, pad: int) -> torch.Tensor:
     """The rows of a batch whose output in ``hypotheses`` is not its target (a row of ``target``
     without its padding, EOS included), as indices on ``target``'s device."""
-    wrong = [row for row, (h, t) in enumerate(zip(hypotheses, target)) if not is_exact_match(h, strip_pad(t, pad))]
+    targets = strip_pad_rows(target, pad)
+    wrong = [row for row, (h, t) in enumerate(zip(hypotheses, targets)) if not is_exact_match(h, t)]
     return torch.tensor(wrong, dtype=torch.long, device=target.device)
 
 

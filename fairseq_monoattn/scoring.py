@@ -25,7 +25,7 @@ from .metrics import (
     Tally,
     greedy_generator,
     greedy_hypotheses,
-    strip_pad,
+    strip_pad_rows,
     teacher_forced_rows,
     wrong_rows,
 )
@@ -254,7 +254,7 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
             hypotheses, direction, batch_peaks = decode_batch(generator, models, sample, pad)
         gates.add(direction)
         peaks.add(batch_peaks)
-        targets = [strip_pad(t, pad) for t in sample["target"]]
+        targets = strip_pad_rows(sample["target"], pad)
         tally.add(hypotheses, targets, eos)
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
             if example_id in found:

@@ -26,7 +26,15 @@ from fairseq_monoattn.experiments.runs import (
     train_command,
     training_options,
 )
-from fairseq_monoattn.metrics import Tally, edit_distance, is_exact_match, levenshtein
+from fairseq_monoattn.metrics import (
+    Tally,
+    edit_distance,
+    is_exact_match,
+    levenshtein,
+    strip_pad,
+    strip_pad_rows,
+    wrong_rows,
+)
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
@@ -54,6 +62,19 @@ def test_tally_on_hand_made_hypotheses():
     tally.add([c[0] for c in cases], [target] * len(cases), EOS)
     assert (tally.size, tally.correct, tally.edit_distance, tally.cut_short, tally.overran) == (9, 1, 13, 2, 3)
     assert tally.accuracy == pytest.approx(100 / 9) and tally.mean_edit_distance == pytest.approx(13 / 9)
+
+
+def test_targets_lose_their_padding_row_by_row_whichever_side_it_is_on():
+    """A batch's rows without padding (1), left- or right-padded, a row of only padding included;
+    the rows whose hypothesis is not its target, by index."""
+    import torch
+
+    batch = torch.tensor([[1, 1, 5, 6, EOS], [5, 6, 7, 8, EOS], [5, EOS, 1, 1, 1], [1, 1, 1, 1, 1]])
+    rows = strip_pad_rows(batch, 1)
+    assert rows == [strip_pad(row, 1) for row in batch]
+    assert rows == [[5, 6, EOS], [5, 6, 7, 8, EOS], [5, EOS], []]
+    hypotheses = [[5, 6, EOS], [5, 6, 7, EOS], [5, EOS], [EOS]]
+    assert wrong_rows(hypotheses, batch, 1).tolist() == [1, 3]
 
 
 def test_levenshtein_equals_nltks_edit_distance():

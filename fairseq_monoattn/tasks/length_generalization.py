@@ -49,7 +49,7 @@ from ..metrics import (
     Tally,
     greedy_generator,
     greedy_hypotheses,
-    strip_pad,
+    strip_pad_rows,
     summed_ratio,
     teacher_forced_rows,
     wrong_rows,
@@ -421,7 +421,7 @@ class LengthGeneralizationTask(TranslationTask):
 
     def tally(self, sample, hypotheses) -> Tally:
         """The batch's outputs ``hypotheses`` (token ids, EOS included) scored against its targets."""
-        targets = [strip_pad(row, self.tgt_dict.pad()) for row in sample["target"]]
+        targets = strip_pad_rows(sample["target"], self.tgt_dict.pad())
         tally = Tally()
         tally.add(hypotheses, targets, self.tgt_dict.eos())
         if self.cfg.eval_accuracy_print_samples:
