@@ -23,6 +23,7 @@ def register() -> None:
         gru_seq2seq,  # noqa: F401  (the model and its presets)
         transformer_monoattn,  # noqa: F401  (the Transformer with location attention)
     )
+    from .optim import torch_adamw  # noqa: F401  (--optimizer torch_adamw, the release's optimizer)
     from .tasks import length_generalization  # noqa: F401
 
 
