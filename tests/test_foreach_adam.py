@@ -119,3 +119,70 @@ def test_the_task_takes_the_step_and_can_leave_it_to_fairseq():
             task.optimizer_step(optimizer, model=None, update_num=0)
         assert fairseq_step.call_count == fairseq_calls
     assert optimizer.optimizer.state_dict()["state"][0]["step"] == 1
+
+
+def test_torch_adamw_adds_epsilon_after_the_bias_correction_where_fairseqs_adam_adds_it_before():
+    """--optimizer torch_adamw (the release's optimizer) against fairseq's adam, three steps on
+    gradients from 1e-10 to 1, each parameter's value computed by hand in float64: torch's
+    p - lr/c1 * m / (sqrt(v / c2) + eps) and fairseq's p - lr * sqrt(c2)/c1 * m / (sqrt(v) + eps).
+    At gradients near eps the two differ by orders of magnitude in the first steps."""
+    import math
+
+    from fairseq.optim import OPTIMIZER_REGISTRY
+
+    from fairseq_monoattn.optim.torch_adamw import TorchAdamW, TorchAdamWConfig
+
+    assert OPTIMIZER_REGISTRY["torch_adamw"] is TorchAdamW
+    lr, (beta1, beta2), eps = 1e-3, (0.9, 0.999), 1e-8
+    gradients = torch.tensor([1e-10, 1e-8, 1e-6, 1.0, -1e-9], dtype=torch.float64)
+    start = torch.linspace(-1, 1, len(gradients), dtype=torch.float64)
+    ours_param = torch.nn.Parameter(start.clone())
+    fairseq_param = torch.nn.Parameter(start.clone())
+    ours = TorchAdamW(TorchAdamWConfig(lr=[lr], adam_betas="(0.9, 0.999)", adam_eps=eps), [ours_param])
+    assert isinstance(ours.optimizer, torch.optim.AdamW)
+    theirs = FairseqAdam(
+        FairseqAdamConfig(lr=[lr], adam_betas="(0.9, 0.999)", adam_eps=eps, weight_decay=0.0, tpu=False),
+        [fairseq_param],
+    )
+    expected_ours, expected_fairseq = start.tolist(), start.tolist()
+    m = [0.0] * len(gradients)
+    v = [0.0] * len(gradients)
+    for t in range(1, 4):
+        ours_param.grad = gradients.clone()
+        fairseq_param.grad = gradients.clone()
+        ours.step()
+        theirs.step()
+        c1, c2 = 1 - beta1**t, 1 - beta2**t
+        for i, g in enumerate(gradients.tolist()):
+            m[i] = beta1 * m[i] + (1 - beta1) * g
+            v[i] = beta2 * v[i] + (1 - beta2) * g * g
+            expected_ours[i] -= lr / c1 * m[i] / (math.sqrt(v[i] / c2) + eps)
+            expected_fairseq[i] -= lr * math.sqrt(c2) / c1 * m[i] / (math.sqrt(v[i]) + eps)
+        assert ours_param.tolist() == pytest.approx(expected_ours, rel=1e-12, abs=1e-15)
+        assert fairseq_param.tolist() == pytest.approx(expected_fairseq, rel=1e-12, abs=1e-15)
+    moved_ours = (start - ours_param.detach()).abs().tolist()
+    moved_fairseq = (start - fairseq_param.detach()).abs().tolist()
+    assert moved_ours[0] > 5 * moved_fairseq[0]  # a gradient of 1e-10: torch's ε barely damps the step
+    assert moved_ours[3] == pytest.approx(moved_fairseq[3], rel=1e-6)  # a gradient of 1: the same step
+
+
+def test_fairseq_train_takes_torch_adamw_and_resumes_it(tmp_path):
+    """fairseq-train --optimizer torch_adamw trains, saves torch's AdamW state in the checkpoint,
+    and a second call resumes from it: the option survives the checkpoint, the step count goes on."""
+    from fairseq import checkpoint_utils
+    from fairseq_cli_helpers import train, write_copy_dataset
+
+    data = write_copy_dataset(tmp_path / "copy", {"train": (64, 3, 5), "valid": (16, 6, 7), "test_iid": (8, 3, 5)})
+    argv = [str(data / "bin"), "--arch", "gru_onestep", "--task", "length_generalization", "--criterion", "seq_acc",
+            "--optimizer", "torch_adamw", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--batch-size", "16",
+            "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints", "--seed", "1"]  # fmt: skip
+    train([*argv, "--max-epoch", "1"])
+    first = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "ck" / "checkpoint_last.pt"))
+    assert first["cfg"]["optimizer"]["_name"] == "torch_adamw"
+    groups = first["last_optimizer_state"]["param_groups"]
+    assert groups[0]["betas"] == (0.9, 0.98) and groups[0]["eps"] == 1e-8 and "amsgrad" in groups[0]
+    steps = {float(state["step"]) for state in first["last_optimizer_state"]["state"].values()}
+    assert steps == {4.0}  # 64 examples in batches of 16
+    train([*argv, "--max-epoch", "2"])
+    second = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "ck" / "checkpoint_last.pt"))
+    assert {float(state["step"]) for state in second["last_optimizer_state"]["state"].values()} == {8.0}
