@@ -11,7 +11,7 @@ __version__ = "0.3.0"
 
 
 def register() -> None:
-    """Register the plugin's model, presets, task and criterion with fairseq (idempotent)."""
+    """Register the plugin's model, presets, task, criterion and optimizer with fairseq (idempotent)."""
     from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
     from .allocator import keep_freed_memory
     from .errors import install_excepthook
