@@ -12,13 +12,10 @@ from typing import Dict, Hashable, List, Optional, Sequence
 import torch
 
 
-def strip_pad(tokens: torch.Tensor, pad: int) -> List[int]:
-    return tokens[tokens.ne(pad)].tolist()
-
-
 def strip_pad_rows(tokens: torch.Tensor, pad: int) -> List[List[int]]:
-    """``strip_pad`` of every row of a batch (B, T), from one conversion of the whole batch to
-    Python lists (a validation batch of 256 rows otherwise makes 256 indexing calls)."""
+    """Every row of a batch (B, T) without its padding, wherever it is, as lists of token ids: one
+    conversion of the whole batch (a validation batch of 256 rows indexed row by row makes 256
+    indexing calls)."""
     return [[token for token in row if token != pad] for row in tokens.tolist()]
 
 

@@ -209,7 +209,7 @@ def half_its_own_outputs(model, generator):
     odd rows have targets it does not decode (the copies of their sources), and those outputs."""
     from fairseq.data import data_utils
 
-    from fairseq_monoattn.metrics import strip_pad
+    from fairseq_monoattn.metrics import strip_pad_rows
 
     sources = batch(D, SOURCES)
     outputs = generator.generate([model], sources)
@@ -224,7 +224,7 @@ def half_its_own_outputs(model, generator):
         sources["net_input"],
         prev_output_tokens=data_utils.collate_tokens(targets, D.pad(), D.eos(), move_eos_to_beginning=True),
     )
-    matching = [strip_pad(t, D.pad()) == o for t, o in zip(sample["target"], outputs)]
+    matching = [t == o for t, o in zip(strip_pad_rows(sample["target"], D.pad()), outputs)]
     assert matching[0::2] == [True] * 3 and not any(matching[1::2])  # both kinds of example are there
     return sample, outputs
 

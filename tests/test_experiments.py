@@ -31,7 +31,6 @@ from fairseq_monoattn.metrics import (
     edit_distance,
     is_exact_match,
     levenshtein,
-    strip_pad,
     strip_pad_rows,
     wrong_rows,
 )
@@ -71,7 +70,7 @@ def test_targets_lose_their_padding_row_by_row_whichever_side_it_is_on():
 
     batch = torch.tensor([[1, 1, 5, 6, EOS], [5, 6, 7, 8, EOS], [5, EOS, 1, 1, 1], [1, 1, 1, 1, 1]])
     rows = strip_pad_rows(batch, 1)
-    assert rows == [strip_pad(row, 1) for row in batch]
+    assert rows == [row[row.ne(1)].tolist() for row in batch]
     assert rows == [[5, 6, EOS], [5, 6, 7, 8, EOS], [5, EOS], []]
     hypotheses = [[5, 6, EOS], [5, 6, 7, EOS], [5, EOS], [EOS]]
     assert wrong_rows(hypotheses, batch, 1).tolist() == [1, 3]

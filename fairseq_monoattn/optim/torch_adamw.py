@@ -15,14 +15,14 @@ This is torch.optim.AdamW as torch ships it (its defaults otherwise), behind fai
 options: ``--lr``, ``--adam-betas``, ``--adam-eps``, ``--weight-decay``.
 """
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, List
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim import FairseqOptimizer, register_optimizer
-from omegaconf import II, OmegaConf
+from fairseq.optim.adam import FairseqAdam
+from omegaconf import II
 
 
 @dataclass
@@ -41,16 +41,11 @@ class TorchAdamW(FairseqOptimizer):
 
     @property
     def optimizer_config(self):
-        """The keyword arguments of torch.optim.AdamW; fairseq also uses them to override the
-        values stored in a checkpoint when training resumes."""
-        betas = self.cfg.adam_betas
-        betas = eval(betas) if isinstance(betas, str) else OmegaConf.to_container(betas)  # fairseq's "(0.9, 0.999)"
-        return {
-            "lr": self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr,
-            "betas": tuple(betas),
-            "eps": self.cfg.adam_eps,
-            "weight_decay": self.cfg.weight_decay,
-        }
+        """The keyword arguments of torch.optim.AdamW, read from the options as fairseq's adam reads
+        them (lr, betas, eps, weight_decay); fairseq also uses them to override the values stored
+        in a checkpoint when training resumes."""
+        config = FairseqAdam.optimizer_config.fget(self)
+        return dict(config, betas=tuple(config["betas"]))
 
     @property
     def supports_flat_params(self):
