@@ -1137,6 +1137,22 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
         "differ, p < 0.05); 1 not run."
     )
 
+    # a variant's records beside the release: its own runs, only the cells it has
+    path = plugin / "copy" / "gru_onestep" / "torch-adamw" / "seed1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"task": "copy", "arch": "gru_onestep", "variant": "torch-adamw", "seed": 1,
+                                "splits": {s: {"accuracy": 100} for s in splits}}))  # fmt: skip
+    assert aggregate_main(["--results", str(plugin), "--release", str(release), "--variant", "torch-adamw"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "the plugin (torch-adamw): median (seeds)" in out[0] and len(out) == 5
+    assert out[2].startswith("| Copy | gru_onestep |") and out[2].endswith(
+        "| 100 / 100 / 99 (3) | 100 / 100 / 100 (1) | 2 of 3, 1 of 1 | 1 | neither |"
+    )
+    assert out[4].startswith("Of the 0 cells whose plugin records (torch-adamw) differ from the paper")
+    with pytest.raises(SystemExit):
+        aggregate_main(["--results", str(plugin), "--release", str(release), "--variant", "adamw"])
+    assert "--variant 'adamw': no records of it" in capsys.readouterr().err
+
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
     assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1
     assert "seed1.json" in capsys.readouterr().err

@@ -20,7 +20,12 @@ def build_parser() -> Parser:
         metavar="DIR",
         help="a results folder (RESULTS/TASK/ARCH/VARIANT/seedN.json)",
     )
-    parser.add_argument("--variant", default="default", metavar="NAME", help="which variant's records to table")
+    parser.add_argument(
+        "--variant",
+        default="default",
+        metavar="NAME",
+        help="which variant's records to table (the paper's tables, --release, --against)",
+    )
     parser.add_argument(
         "--seeds",
         type=int,
@@ -79,6 +84,17 @@ def build_parser() -> Parser:
     return parser
 
 
+def records_of_variant(parser, args, records):
+    """The records of --variant; a usage error naming the variants there are when it has none."""
+    chosen = [r for r in records if r["variant"] == args.variant]
+    if not chosen:
+        known = sorted({r["variant"] for r in records})
+        parser.error(
+            f"--variant {args.variant!r}: no records of it under {args.results}; there are: {', '.join(known)}"
+        )
+    return chosen
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -107,8 +123,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ..experiments.aggregate import read_release_records, release_table
         from ..experiments.runs import RecordError
 
+        records_of_variant(parser, args, records)
         try:
-            print(release_table(records, read_release_records(args.release)))
+            print(release_table(records, read_release_records(args.release), args.variant))
         except RecordError as error:
             print(f"error: --release: {error}", file=sys.stderr)
             return 1
@@ -134,12 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             text += "\n\nAccuracy against length: " + ", ".join(str(path) for path in paths) + "\n"
         print(text)
         return 1 if problems else 0
-    chosen = [r for r in records if r["variant"] == args.variant]
-    if not chosen:
-        known = sorted({r["variant"] for r in records})
-        parser.error(
-            f"--variant {args.variant!r}: no records of it under {args.results}; there are: {', '.join(known)}"
-        )
+    chosen = records_of_variant(parser, args, records)
     outdated = outdated_records(chosen)
     if outdated and not args.include_outdated:
         listed = "\n".join(

@@ -411,22 +411,25 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     return min(1.0, sum(q for q in map(probability, possible) if q <= observed * (1 + 1e-9)))
 
 
-def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> str:
-    """Markdown: every cell the release ran and every cell whose plugin records (default variant)
-    differ from the paper, with the paper's value, the release's median ("not run" without release
-    records) and the plugin's at the paper's lengths, how many runs of each have the paper's verdict
+def release_table(records: Sequence[dict], release_records: Sequence[dict], variant: str = DEFAULT_VARIANT) -> str:
+    """Markdown: every cell the release ran and every cell whose plugin records (of ``variant``)
+    differ from the paper (for a variant other than the default, only the cells it has records of),
+    with the paper's value, the release's median ("not run" without release records) and the
+    plugin's at the paper's lengths, how many runs of each have the paper's verdict
     at every length, and whose median verdict differs from the paper's; then how the disagreeing
     cells divide.  A cell whose median the release gets right and the plugin does not is "split" when
     both programs have runs on both sides of the paper's verdict (the seed decides, in both), and a
     difference of the plugin's when none of its runs has the paper's verdict.  p is Fisher's exact
     test of "the two programs have the same share of runs with the paper's verdict": below 0.05,
     the run counts show the programs apart."""
-    plugin = collect(records)
+    plugin = collect(records, variant)
     by_cell: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
     for record in release_records:
-        by_cell[(record["task"], record["plugin_preset"])].append(record)
+        if variant == DEFAULT_VARIANT or (record["task"], record["plugin_preset"]) in plugin:
+            by_cell[(record["task"], record["plugin_preset"])].append(record)
+    named = "" if variant == DEFAULT_VARIANT else f" ({variant})"
     lines = [
-        "| task | model | the paper | the release: median (runs) | the plugin: median (seeds) "
+        f"| task | model | the paper | the release: median (runs) | the plugin{named}: median (seeds) "
         "| runs with the paper's verdict: release, plugin | p, same share | differs from the paper |",
         "| --- | --- | --- | --- | --- | --- | ---: | --- |",
     ]
@@ -482,7 +485,7 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict]) -> s
     release_agrees = counts["split"] + counts["plugin only"] + counts["release agrees, other"]
     lines += [
         "",
-        f"Of the {counts['plugin differs']} cells whose plugin records differ from the paper, the release "
+        f"Of the {counts['plugin differs']} cells whose plugin records{named} differ from the paper, the release "
         f"ran {counts['plugin differs'] - counts['release not run']}: it differs from the paper too in "
         f"{counts['release differs too']}, agrees with it in {release_agrees} (in {counts['split']} of them both "
         f"programs have runs with and runs without the paper's verdict; in {counts['plugin only']} no run of the "
