@@ -125,6 +125,11 @@ BAD_CALLS = [
     ("run", ["copy", "--arch", "gru_onestep", "--variant", "x=--direction-gate yes"], "--direction-gate"),
     ("run", ["copy", "--arch", "gru_onestep", "--variant", "--lr 3"], "NAME=OPTIONS"),
     (
+        "run",
+        ["copy", "--arch", "gru_onestep", "--variant", "a=", "--variant", "b=--lr 3"],
+        "--variant given twice ('a=', then 'b=--lr 3'); this command runs one",
+    ),
+    (
         "compare",
         ["copy", "--arch", "gru_onestep", "--variant", "a=", "--variant", "b=--step-activation tanhh"],
         "--variant b: argument --step-activation: invalid choice: 'tanhh'",

@@ -141,9 +141,22 @@ def add_variants(parser: argparse.ArgumentParser, several: bool) -> None:
         parser.add_argument(
             "--variant",
             default=None,
+            action=OnlyOnce,
             metavar="NAME=OPTIONS",
-            help=help_text + " (default: default=, the presets as they are)",
+            help=help_text + " (default: default=, the presets as they are); one per command",
         )
+
+
+class OnlyOnce(argparse.Action):
+    """An option that may be given once: a second one is a usage error, not a silent override."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            parser.error(
+                f"{option_string} given twice ({getattr(namespace, self.dest)!r}, then {values!r}); this command "
+                f"runs one, so give each its own command"
+            )
+        setattr(namespace, self.dest, values)
 
 
 def parse_variant(text: str) -> Tuple[str, Tuple[str, ...]]:
