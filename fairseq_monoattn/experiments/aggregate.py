@@ -425,8 +425,9 @@ def release_table(records: Sequence[dict], release_records: Sequence[dict], vari
     plugin = collect(records, variant)
     by_cell: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
     for record in release_records:
-        if variant == DEFAULT_VARIANT or (record["task"], record["plugin_preset"]) in plugin:
-            by_cell[(record["task"], record["plugin_preset"])].append(record)
+        key = (record["task"], record["plugin_preset"])
+        if variant == DEFAULT_VARIANT or key in plugin:  # a variant: only the cells it has records of
+            by_cell[key].append(record)
     named = "" if variant == DEFAULT_VARIANT else f" ({variant})"
     lines = [
         f"| task | model | the paper | the release: median (runs) | the plugin{named}: median (seeds) "
