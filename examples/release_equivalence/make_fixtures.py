@@ -64,6 +64,11 @@ SMALL = dict(
 )
 
 SOURCE_LENGTHS = (5, 10, 15, 40)
+# --training: the release's own training steps from its initial weights, for a test that trains
+# the converted preset on the same batches and follows it step for step
+TRAINING_MODELS = ("gru_monoattn", "gru_onestep", "gru_content")
+TRAINING_STEPS = 20
+TRAINING_BATCH = 8
 DIGITS = [str(i) for i in range(10)]  # the release's digit vocabulary (vocab in preprocess/process_copy.py)
 
 
@@ -76,7 +81,8 @@ def import_release(release: Path):
     config_loader = importlib.import_module("configs.configLoader")
     models = importlib.import_module("models")
     collaters = importlib.import_module("collaters")
-    return config_loader, models, collaters
+    agents = importlib.import_module("agents")
+    return config_loader, models, collaters, agents
 
 
 def release_vocabulary(release: Path):
@@ -215,6 +221,96 @@ def run_release(models, config, batch, seed: int):
     return result
 
 
+def make_training_batches(collaters, config, vocab2idx, seed: int):
+    """TRAINING_STEPS batches of TRAINING_BATCH Copy examples, sources of 3-12 digits (so each
+    batch is padded), collated by the release's collater (sorted by length, right-padded), its
+    masks cast to float64."""
+    generator = torch.Generator().manual_seed(seed)
+    collater = collaters.seq2seq_collater(PAD=vocab2idx["<pad>"], config=config, train=False)
+    batches = []
+    for _ in range(TRAINING_STEPS):
+        items = []
+        for n in torch.randint(3, 13, (TRAINING_BATCH,), generator=generator).tolist():
+            src = [DIGITS[d] for d in torch.randint(0, 10, (n,), generator=generator).tolist()]
+            vec = [vocab2idx[t] for t in src]
+            trg_vec = vec + [vocab2idx["<eos>"]]
+            items.append(dict(src=src, trg=src + ["<eos>"], src_vec=vec, ptr_src_vec=list(vec), oov_num=0,
+                              trg_vec=trg_vec, label=list(trg_vec)))  # fmt: skip
+        (batch,) = collater.collate_fn(items)
+        batch["src_mask"] = batch["src_mask"].double()
+        batch["trg_mask"] = batch["trg_mask"].double()
+        batches.append(batch)
+    return batches
+
+
+def train_release(models, agents, config, batches, seed: int):
+    """Build the release model (seeded, float64, dropout 0) and train it on ``batches`` with the
+    release's own training step: its agent's ``run`` (forward, the loss -log(p + 1e-9) averaged
+    over the target tokens), ``backward`` and ``step`` (gradient norm clipped at
+    max_grad_norm, then its optimizer, torch's AdamW).  Returns the initial and final state
+    dicts and the loss of every step."""
+    torch.manual_seed(seed)
+    model = models.seq2seq_framework(data=None, config=config).double()
+    initial = {str(k): v.detach().clone() for k, v in model.state_dict().items()}
+    agent = agents.seq2seq_agent(model, config, torch.device("cpu"))
+    losses = []
+    for batch in batches:
+        output = agent.run(dict(batch), train=True)
+        agent.backward(output["loss"])
+        agent.step()
+        losses.append(output["loss"].item())
+    final = {str(k): v.detach().clone() for k, v in model.state_dict().items()}
+    return {"state_dict": initial, "final_state_dict": final, "losses": torch.tensor(losses, dtype=torch.float64)}
+
+
+def make_training_fixtures(release: Path, out: Path, dataset: str, seed: int, batch_seed: int):
+    """out/training/<name>.pt for each of TRAINING_MODELS, and its PROVENANCE.md."""
+    config_loader, models, collaters, agents = import_release(release)
+    vocab2idx = release_vocabulary(release)
+    vocab = [t for t, _ in sorted(vocab2idx.items(), key=lambda kv: kv[1])]
+    folder = out / "training"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = dict((name, (model_name, paper_name)) for model_name, name, paper_name in MODELS)
+    for name in TRAINING_MODELS:
+        model_name, paper_name = names[name]
+        config = release_config(config_loader, model_name, dataset, vocab2idx)
+        config["dropout"] = 0.0  # the two programs draw their dropout masks differently
+        batches = make_training_batches(collaters, config, vocab2idx, batch_seed)
+        result = train_release(models, agents, config, batches, seed)
+        fixture = {
+            "release_model": model_name,
+            "name": name,
+            "paper_name": paper_name,
+            "release_commit": release_commit(release),
+            "torch_version": str(torch.__version__),
+            "seed": seed,
+            "batch_seed": batch_seed,
+            "config": plain(config),
+            "vocab": vocab,
+            "src_tokens": [[list(s) for s in batch["src"]] for batch in batches],
+            "trg_tokens": [[list(t) for t in batch["trg"]] for batch in batches],
+            **result,
+        }
+        path = folder / f"{name}.pt"
+        torch.save(fixture, path)
+        print(f"{path}: {model_name}, {path.stat().st_size} bytes")
+    shutil.copyfile(release / "LICENSE", folder / "LICENSE.release-MIT")
+    (folder / "PROVENANCE.md").write_text(
+        TRAINING_PROVENANCE.format(
+            commit=release_commit(release),
+            torch_version=torch.__version__,
+            dataset=dataset,
+            models=", ".join(f"`{name}.pt` ({names[name][0]}, {names[name][1]})" for name in TRAINING_MODELS),
+            small=", ".join(f"`{k}` = {v}" for k, v in SMALL.items()),
+            steps=TRAINING_STEPS,
+            batch=TRAINING_BATCH,
+            seed=seed,
+            batch_seed=batch_seed,
+            out=out,
+        )
+    )
+
+
 def plain(value):
     """The config as plain Python values (torch.load(weights_only=True) reads them)."""
     if isinstance(value, dict):
@@ -317,6 +413,45 @@ function is that of `gru_onestep` / `gru_monoattn`.
 """
 
 
+TRAINING_PROVENANCE = """# Training fixtures from the authors' release
+
+Each `<name>.pt` here records the authors' release training one small model for {steps} steps,
+with its own code, so that a test can train the converted preset on the same batches and compare
+step by step. Models: {models}.
+
+- Release: github.com/JRC1995/MonotonicLocationAttention, commit {commit}; MIT licence,
+  Copyright (c) 2023 Jishnu Ray Chowdhury (`LICENSE.release-MIT` beside this file).
+- Made with torch {torch_version} (CPU), float64, one thread, by
+
+      OMP_NUM_THREADS=1 python examples/release_equivalence/make_fixtures.py \\
+          --release /path/to/MonotonicLocationAttention --out {out} --training
+
+## How they were made
+
+- Config: the release's `load_config` for dataset `{dataset}`, these sizes: {small}; dropout 0
+  (the release and the plugin draw their dropout masks from different generators, so only
+  without dropout can two runs follow one trajectory). Everything else is the release's value.
+- Model: `torch.manual_seed({seed})`, built as the release builds it, then `model.double()`.
+- Batches: {steps} batches of {batch} Copy examples, sources of 3-12 digits drawn with
+  `torch.Generator().manual_seed({batch_seed})`, targets the source digits then `<eos>`,
+  collated by the release's `seq2seq_collater` (sorted by length, right-padded); masks float64.
+- Training: the release's `seq2seq_agent` built on the model with the config (its optimizer:
+  torch's AdamW, lr 1e-3, weight decay 0); each step its `run(batch, train=True)` (teacher
+  forced; loss = mean over target tokens of -log(p + 1e-9)), `backward(loss)` and `step()`
+  (gradient norm clipped at 5, the optimizer step, gradients zeroed).
+
+## Fields of each file
+
+| key | what |
+| --- | --- |
+| `release_model`, `name`, `paper_name`, `release_commit`, `torch_version`, `seed`, `batch_seed`, `config`, `vocab` | as in the fixtures one folder up |
+| `state_dict` | the initial state dict, float64, the release's names |
+| `final_state_dict` | the state dict after the last step |
+| `losses` | ({steps},) float64: the loss of each step, before its update |
+| `src_tokens`, `trg_tokens` | per step, the batch's sources and targets as token strings in the collated order (targets end in `<eos>`) |
+"""
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--release", required=True, type=Path, help="a checkout of the authors' release")
@@ -325,11 +460,17 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="torch seed before each model is built")
     parser.add_argument("--batch-seed", type=int, default=1234, help="seed of the batch's digits")
     parser.add_argument("--only", nargs="*", help="fixture names to make (default: all)")
+    parser.add_argument(
+        "--training", action="store_true", help="make only the training fixtures, in OUT/training/ (TRAINING_MODELS)"
+    )
     args = parser.parse_args()
     release = args.release.resolve()
     if not (release / "train.py").is_file() or not (release / "models").is_dir():  # no plugin here to check it
         parser.error(f"--release {release} is not a checkout of the authors' release: it has no train.py and models/")
-    config_loader, models, collaters = import_release(release)
+    if args.training:
+        make_training_fixtures(release, args.out, args.dataset, args.seed, args.batch_seed)
+        return
+    config_loader, models, collaters, _ = import_release(release)
     vocab2idx = release_vocabulary(release)
     vocab = [t for t, _ in sorted(vocab2idx.items(), key=lambda kv: kv[1])]
     commit = release_commit(release)
