@@ -81,8 +81,7 @@ def import_release(release: Path):
     config_loader = importlib.import_module("configs.configLoader")
     models = importlib.import_module("models")
     collaters = importlib.import_module("collaters")
-    agents = importlib.import_module("agents")
-    return config_loader, models, collaters, agents
+    return config_loader, models, collaters
 
 
 def release_vocabulary(release: Path):
@@ -265,7 +264,8 @@ def train_release(models, agents, config, batches, seed: int):
 
 def make_training_fixtures(release: Path, out: Path, dataset: str, seed: int, batch_seed: int):
     """out/training/<name>.pt for each of TRAINING_MODELS, and its PROVENANCE.md."""
-    config_loader, models, collaters, agents = import_release(release)
+    config_loader, models, collaters = import_release(release)
+    agents = importlib.import_module("agents")  # the release's training step; it imports nltk
     vocab2idx = release_vocabulary(release)
     vocab = [t for t, _ in sorted(vocab2idx.items(), key=lambda kv: kv[1])]
     folder = out / "training"
@@ -470,7 +470,7 @@ def main():
     if args.training:
         make_training_fixtures(release, args.out, args.dataset, args.seed, args.batch_seed)
         return
-    config_loader, models, collaters, _ = import_release(release)
+    config_loader, models, collaters = import_release(release)
     vocab2idx = release_vocabulary(release)
     vocab = [t for t, _ in sorted(vocab2idx.items(), key=lambda kv: kv[1])]
     commit = release_commit(release)
