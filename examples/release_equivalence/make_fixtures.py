@@ -120,27 +120,22 @@ def release_config(config_loader, model_name: str, dataset: str, vocab2idx: dict
     return config
 
 
+def copy_example(length: int, generator, vocab2idx) -> dict:
+    """One Copy example of ``length`` random digits as the release's collater takes it: target =
+    the source digits, then <eos>; the source has no <eos>, as the release's process_copy.py
+    writes them."""
+    src = [DIGITS[d] for d in torch.randint(0, 10, (length,), generator=generator).tolist()]
+    trg = src + ["<eos>"]
+    src_vec = [vocab2idx[t] for t in src]
+    trg_vec = [vocab2idx[t] for t in trg]
+    return dict(src=src, trg=trg, src_vec=src_vec, ptr_src_vec=list(src_vec), oov_num=0, trg_vec=trg_vec,
+                label=list(trg_vec))  # fmt: skip
+
+
 def make_batch(collaters, config, vocab2idx, seed: int):
-    """Copy examples (target = the source digits, then <eos>; the source has no <eos>, as the
-    release's process_copy.py writes them) collated by the release's own collater."""
+    """Copy examples of SOURCE_LENGTHS digits collated by the release's own collater."""
     generator = torch.Generator().manual_seed(seed)
-    items = []
-    for n in SOURCE_LENGTHS:
-        src = [DIGITS[d] for d in torch.randint(0, 10, (n,), generator=generator).tolist()]
-        trg = src + ["<eos>"]
-        src_vec = [vocab2idx[t] for t in src]
-        trg_vec = [vocab2idx[t] for t in trg]
-        items.append(
-            dict(
-                src=src,
-                trg=trg,
-                src_vec=src_vec,
-                ptr_src_vec=list(src_vec),
-                oov_num=0,
-                trg_vec=trg_vec,
-                label=list(trg_vec),
-            )
-        )
+    items = [copy_example(n, generator, vocab2idx) for n in SOURCE_LENGTHS]
     collater = collaters.seq2seq_collater(PAD=vocab2idx["<pad>"], config=config, train=False)
     batches = collater.collate_fn(items)
     assert len(batches) == 1
@@ -228,13 +223,8 @@ def make_training_batches(collaters, config, vocab2idx, seed: int):
     collater = collaters.seq2seq_collater(PAD=vocab2idx["<pad>"], config=config, train=False)
     batches = []
     for _ in range(TRAINING_STEPS):
-        items = []
-        for n in torch.randint(3, 13, (TRAINING_BATCH,), generator=generator).tolist():
-            src = [DIGITS[d] for d in torch.randint(0, 10, (n,), generator=generator).tolist()]
-            vec = [vocab2idx[t] for t in src]
-            trg_vec = vec + [vocab2idx["<eos>"]]
-            items.append(dict(src=src, trg=src + ["<eos>"], src_vec=vec, ptr_src_vec=list(vec), oov_num=0,
-                              trg_vec=trg_vec, label=list(trg_vec)))  # fmt: skip
+        lengths = torch.randint(3, 13, (TRAINING_BATCH,), generator=generator).tolist()
+        items = [copy_example(n, generator, vocab2idx) for n in lengths]
         (batch,) = collater.collate_fn(items)
         batch["src_mask"] = batch["src_mask"].double()
         batch["trg_mask"] = batch["trg_mask"].double()
@@ -262,12 +252,28 @@ def train_release(models, agents, config, batches, seed: int):
     return {"state_dict": initial, "final_state_dict": final, "losses": torch.tensor(losses, dtype=torch.float64)}
 
 
+def fixture_header(model_name, name, paper_name, commit, seed, batch_seed, config, vocab) -> dict:
+    """What every fixture file records of where it comes from (PROVENANCE.md's first table)."""
+    return {
+        "release_model": model_name,
+        "name": name,
+        "paper_name": paper_name,
+        "release_commit": commit,
+        "torch_version": str(torch.__version__),
+        "seed": seed,
+        "batch_seed": batch_seed,
+        "config": plain(config),
+        "vocab": vocab,
+    }
+
+
 def make_training_fixtures(release: Path, out: Path, dataset: str, seed: int, batch_seed: int):
     """out/training/<name>.pt for each of TRAINING_MODELS, and its PROVENANCE.md."""
     config_loader, models, collaters = import_release(release)
     agents = importlib.import_module("agents")  # the release's training step; it imports nltk
     vocab2idx = release_vocabulary(release)
     vocab = [t for t, _ in sorted(vocab2idx.items(), key=lambda kv: kv[1])]
+    commit = release_commit(release)
     folder = out / "training"
     folder.mkdir(parents=True, exist_ok=True)
     names = dict((name, (model_name, paper_name)) for model_name, name, paper_name in MODELS)
@@ -278,15 +284,7 @@ def make_training_fixtures(release: Path, out: Path, dataset: str, seed: int, ba
         batches = make_training_batches(collaters, config, vocab2idx, batch_seed)
         result = train_release(models, agents, config, batches, seed)
         fixture = {
-            "release_model": model_name,
-            "name": name,
-            "paper_name": paper_name,
-            "release_commit": release_commit(release),
-            "torch_version": str(torch.__version__),
-            "seed": seed,
-            "batch_seed": batch_seed,
-            "config": plain(config),
-            "vocab": vocab,
+            **fixture_header(model_name, name, paper_name, commit, seed, batch_seed, config, vocab),
             "src_tokens": [[list(s) for s in batch["src"]] for batch in batches],
             "trg_tokens": [[list(t) for t in batch["trg"]] for batch in batches],
             **result,
@@ -297,7 +295,7 @@ def make_training_fixtures(release: Path, out: Path, dataset: str, seed: int, ba
     shutil.copyfile(release / "LICENSE", folder / "LICENSE.release-MIT")
     (folder / "PROVENANCE.md").write_text(
         TRAINING_PROVENANCE.format(
-            commit=release_commit(release),
+            commit=commit,
             torch_version=torch.__version__,
             dataset=dataset,
             models=", ".join(f"`{name}.pt` ({names[name][0]}, {names[name][1]})" for name in TRAINING_MODELS),
@@ -485,15 +483,7 @@ def main():
         batch = make_batch(collaters, config, vocab2idx, args.batch_seed)
         result = run_release(models, config, batch, args.seed)
         fixture = {
-            "release_model": model_name,
-            "name": name,
-            "paper_name": paper_name,
-            "release_commit": commit,
-            "torch_version": str(torch.__version__),
-            "seed": args.seed,
-            "batch_seed": args.batch_seed,
-            "config": plain(config),
-            "vocab": vocab,
+            **fixture_header(model_name, name, paper_name, commit, args.seed, args.batch_seed, config, vocab),
             "src": batch["src_vec"],
             "trg": batch["trg_vec"],
             "src_mask": batch["src_mask"],
