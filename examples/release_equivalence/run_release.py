@@ -23,6 +23,13 @@ Steps (one function each):
 4. ``write_record``: RESULTS/TASK/MODEL/seedN.json.  An existing record is never overwritten: that
    run is skipped.
 
+With ``--initial-weights`` nothing is trained: for each run N the release's ``train.py`` runs until
+it has built its model (its own seeding, data loading and model construction) and the model's
+initial state dict is kept, converted onto the matching preset (``fairseq_monoattn.release``) and
+written as a fairseq checkpoint, WORK/TASK-dataK/initial_weights/MODEL-runN.pt (never over an
+existing file).  ``fairseq-train --finetune-from-model`` that file starts the plugin from the
+weights the release's run N starts from (``--results`` is not needed then).
+
 Nothing of the release is copied or edited: the epoch budget is set by wrapping the release's
 ``load_config`` in the process that runs it (``release_main`` below, the part of this script that
 runs inside the release's interpreter).
@@ -102,8 +109,15 @@ def parse_args(argv):
     parser.add_argument("--epochs", type=int, default=25, help="epoch budget (the release's configs say 100)")
     parser.add_argument("--data-seed", type=int, default=1, help="seed of the plugin's data")
     parser.add_argument("--work", required=True, type=Path, help="folder for data, logs and checkpoints")
-    parser.add_argument("--results", required=True, type=Path, help="records go to RESULTS/TASK/MODEL/seedN.json")
+    parser.add_argument("--results", type=Path, help="records go to RESULTS/TASK/MODEL/seedN.json")
+    parser.add_argument(
+        "--initial-weights",
+        action="store_true",
+        help="train nothing: write the initial weights of each run as a fairseq checkpoint",
+    )
     args = parser.parse_args(argv)
+    if args.results is None and not args.initial_weights:
+        parser.error("--results is required (unless --initial-weights)")
     from fairseq_monoattn.release import check_release_checkout
 
     try:
@@ -258,7 +272,7 @@ def write_record(args, path: Path, run: int, keys: dict, manifest: dict, outcome
         "plugin_preset": NAMED_LIKE.get(args.model, release_models()[args.model]),
         "release_computes": release_models()[args.model],
         "run": run,
-        "release_seed": zlib.adler32(f"{dataset}_{args.model}_seq2seq_{run}".encode()),
+        "release_seed": release_seed(args, run),
         "data_seed": args.data_seed,
         "data_sha256": manifest["raw_sha256"],
         "epochs_budget": args.epochs,
@@ -292,6 +306,38 @@ def write_record(args, path: Path, run: int, keys: dict, manifest: dict, outcome
     return record
 
 
+def write_initial_weights(args, folder: Path, manifest: dict, run: int):
+    """The release's run `run` initial weights, converted, as folder/initial_weights/MODEL-runN.pt."""
+    import torch
+    from fairseq.data import Dictionary
+
+    from fairseq_monoattn.release import convert, write_fairseq_checkpoint
+
+    out = folder / "initial_weights" / f"{args.model}-run{run}.pt"
+    if out.exists():
+        print(f"{out} exists: run {run} skipped")
+        return
+    out.parent.mkdir(exist_ok=True)
+    drawn = out.with_suffix(".release.pt")
+    call(release_command(args, "init", run, drawn), folder, out.with_suffix(".log"))
+    state = torch.load(drawn, weights_only=True)
+    vocab = pickle.loads((folder / "processed_data" / RELEASE_DATASET[args.task] / "metadata.pkl").read_bytes())
+    vocab = [token for token, _ in sorted(vocab["vocab2idx"].items(), key=lambda item: item[1])]
+    data_bin = Path(manifest["folder"]) / "bin"
+    dictionary = Dictionary.load(str(data_bin / "dict.src.txt"))  # joined: the target's is the same
+    converted = convert(state, args.model, vocab, dictionary.symbols, dictionary.symbols)
+    source = {"release_model": args.model, "run": run, "release_seed": release_seed(args, run),
+              "release_commit": release_commit(args.release), "what": "initial weights"}  # fmt: skip
+    write_fairseq_checkpoint(converted, data_bin, out, source=source)
+    drawn.unlink()
+    print(f"{out}: the release's run {run} initial weights (seed {source['release_seed']})")
+
+
+def release_seed(args, run: int) -> int:
+    """The seed the release's train.py gives run `run` (adler32 of DATASET_MODEL_seq2seq_RUN)."""
+    return zlib.adler32(f"{RELEASE_DATASET[args.task]}_{args.model}_seq2seq_{run}".encode())
+
+
 def release_commit(release: Path) -> str:
     done = subprocess.run(["git", "-C", str(release), "rev-parse", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
@@ -306,6 +352,10 @@ def main(argv):
     keys = write_release_data(args.release, dataset, manifest, folder)
     call(release_command(args, "check"), folder, folder / "check.log")
     print((folder / "check.log").read_text().strip())
+    if args.initial_weights:
+        for run in args.seeds:
+            write_initial_weights(args, folder, manifest, run)
+        return
     for run in args.seeds:
         path = args.results / args.task / args.model / f"seed{run}.json"
         if path.exists():
@@ -322,7 +372,9 @@ def main(argv):
 def release_main(action: str, release: str, dataset: str, *rest):
     """`check`: load the written data with the release's own loader and compare every example with
     the plugin's raw lines.  `train` / `test` MODEL RUN EPOCHS OUT: the release's train.py for one run
-    (its run_and_collect_results), epochs set to EPOCHS; what it returns is written to OUT."""
+    (its run_and_collect_results), epochs set to EPOCHS; what it returns is written to OUT.  `init`
+    MODEL RUN EPOCHS OUT: the same train.py run stopped as soon as its model is built; the model's
+    initial state dict is saved to OUT."""
     # The release is no package: its modules import each other as top-level names (configs, models,
     # utils, ...), so its checkout has to be on sys.path.  Only that path is added, only here.
     sys.path.insert(0, release)
@@ -364,6 +416,20 @@ def release_main(action: str, release: str, dataset: str, *rest):
             validation_starts.append(clock())
         return display(text, *args, **kwargs)
 
+    if action == "init":
+        # train.py builds the model as seq2seq_framework(data=..., config=...) right after seeding
+        # and loading the data; keep what it built and stop there (nothing is written before)
+        build = release_train.seq2seq_framework
+
+        class Built(Exception):
+            pass
+
+        def built_model(*args, **kwargs):
+            model = build(*args, **kwargs)
+            torch.save(model.state_dict(), out)
+            raise Built
+
+        release_train.seq2seq_framework = built_model
     release_train.load_config = budgeted_config
     release_train.compose_dev_metric = recorded_dev_metric
     release_train.run = recorded_run
@@ -371,6 +437,12 @@ def release_main(action: str, release: str, dataset: str, *rest):
     argv = ["--model", model, "--dataset", dataset, "--initial_time", run, "--times", str(int(run) + 1)]
     argv += ["--device", "cpu", "--no_display", "True", "--display_params", "False"]
     argv += ["--test", str(action == "test")]
+    if action == "init":
+        try:
+            release_train.run_and_collect_results(release_train.get_args().parse_args(argv))
+        except Built:
+            return
+        raise SystemExit("the release's train.py ended without building its model")
     release_train.run_and_collect_results(release_train.get_args().parse_args(argv))
     _, metrics, epochs_taken = result["returned"]
     summary = {
