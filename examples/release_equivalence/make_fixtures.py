@@ -69,6 +69,9 @@ SOURCE_LENGTHS = (5, 10, 15, 40)
 TRAINING_MODELS = ("gru_monoattn", "gru_onestep", "gru_content")
 TRAINING_STEPS = 20
 TRAINING_BATCH = 8
+# --moments: how the release draws its initial weights, as moments pooled over many draws, for a
+# test that draws the converted preset as often and compares (one draw tells spreads, not shapes)
+MOMENT_DRAWS = 100
 DIGITS = [str(i) for i in range(10)]  # the release's digit vocabulary (vocab in preprocess/process_copy.py)
 
 
@@ -252,6 +255,55 @@ def train_release(models, agents, config, batches, seed: int):
     return {"state_dict": initial, "final_state_dict": final, "losses": torch.tensor(losses, dtype=torch.float64)}
 
 
+def draw_moments(values: torch.Tensor) -> dict:
+    """Moments of the numbers drawn (pooled over draws): count, mean, standard deviation, the
+    fourth standardised moment (kurtosis: 1.8 for a uniform, 3 for a normal) and the share of
+    exact zeros."""
+    x = values.double().flatten()
+    mean, std = x.mean(), x.std()
+    kurtosis = (((x - mean) / std) ** 4).mean().item() if std > 0 else None
+    return dict(count=x.numel(), mean=mean.item(), std=std.item(), kurtosis=kurtosis,
+                zeros=(x == 0).double().mean().item())  # fmt: skip
+
+
+def make_moment_fixture(release: Path, out: Path, dataset: str):
+    """out/initial_moments.json: for each model of MODELS, the moments of every tensor of its
+    initial state dict over MOMENT_DRAWS draws (torch.manual_seed(0 .. MOMENT_DRAWS - 1) before
+    each, at the SMALL sizes).  The embedding's <pad> row is left out: the release draws it (its
+    kaiming init overwrites the zero row) but never reads it; fairseq keeps it at zero."""
+    import json
+
+    config_loader, models, _ = import_release(release)
+    vocab2idx = release_vocabulary(release)
+    result = dict(
+        release_commit=release_commit(release),
+        torch_version=torch.__version__,
+        draws=MOMENT_DRAWS,
+        seeds=f"torch.manual_seed(s) before each model is built, s = 0 .. {MOMENT_DRAWS - 1}",
+        sizes=SMALL,
+        left_out="the <pad> row of encoder_decoder.embed_layer.weight",
+        command="OMP_NUM_THREADS=1 python examples/release_equivalence/make_fixtures.py "
+        "--release /path/to/MonotonicLocationAttention --out tests/fixtures/release --moments",
+        models={},
+    )
+    for model_name, name, _ in MODELS:
+        config = release_config(config_loader, model_name, dataset, vocab2idx)
+        draws = {}
+        for seed in range(MOMENT_DRAWS):
+            torch.manual_seed(seed)
+            state = models.seq2seq_framework(data=None, config=config).state_dict()
+            for key, value in state.items():
+                if value.is_floating_point():
+                    if key.endswith("embed_layer.weight"):
+                        value = torch.cat([value[: vocab2idx["<pad>"]], value[vocab2idx["<pad>"] + 1 :]])
+                    draws.setdefault(key, []).append(value.detach().flatten())
+        result["models"][name] = {key: draw_moments(torch.cat(values)) for key, values in draws.items()}
+        print(f"{name}: {len(draws)} tensors, {MOMENT_DRAWS} draws")
+    path = out / "initial_moments.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{path}: {path.stat().st_size} bytes")
+
+
 def fixture_header(model_name, name, paper_name, commit, seed, batch_seed, config, vocab) -> dict:
     """What every fixture file records of where it comes from (PROVENANCE.md's first table)."""
     return {
@@ -408,6 +460,13 @@ function is that of `gru_onestep` / `gru_monoattn`.
   `g / sum(g + 1e-20)` equals a softmax to float64 precision on this batch: the fixtures do not
   tell the two apart.
 - Nothing of the release's code is in this folder: only its licence text and these outputs.
+## initial_moments.json
+
+How the release draws its initial weights, for a test that draws the converted presets as often
+and compares: for each model above, the moments (count, mean, standard deviation, kurtosis, share
+of zeros) of every tensor of its initial state dict, pooled over 100 draws at the sizes above
+(`torch.manual_seed(s)` before each, s = 0 .. 99), the embedding's `<pad>` row left out. Made by
+the same script with `--moments`; the file names its release commit and torch version.
 """
 
 
@@ -461,12 +520,18 @@ def main():
     parser.add_argument(
         "--training", action="store_true", help="make only the training fixtures, in OUT/training/ (TRAINING_MODELS)"
     )
+    parser.add_argument(
+        "--moments", action="store_true", help="make only OUT/initial_moments.json (MOMENT_DRAWS draws of each model)"
+    )
     args = parser.parse_args()
     release = args.release.resolve()
     if not (release / "train.py").is_file() or not (release / "models").is_dir():  # no plugin here to check it
         parser.error(f"--release {release} is not a checkout of the authors' release: it has no train.py and models/")
     if args.training:
         make_training_fixtures(release, args.out, args.dataset, args.seed, args.batch_seed)
+        return
+    if args.moments:
+        make_moment_fixture(release, args.out, args.dataset)
         return
     config_loader, models, collaters = import_release(release)
     vocab2idx = release_vocabulary(release)
