@@ -418,7 +418,7 @@ def release_main(action: str, release: str, dataset: str, *rest):
 
     if action == "init":
         # train.py builds the model as seq2seq_framework(data=..., config=...) right after seeding
-        # and loading the data; keep what it built and stop there (nothing is written before)
+        # and loading the data; keep what it built and stop there (before it writes its logs)
         build = release_train.seq2seq_framework
 
         class Built(Exception):
