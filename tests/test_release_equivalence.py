@@ -140,12 +140,13 @@ def copied_blocks(fixture):
     plugin tensor or some of its rows, permuted or with signs flipped): each release tensor is
     filled with its own number and the state dict converted once; signs is +-1 where that number
     (or its negative) landed, 0 elsewhere."""
-    keys = [k for k, v in fixture["state_dict"].items() if v.is_floating_point()]
-    marked = {k: torch.full_like(v, keys.index(k) + 1.0) if k in keys else v for k, v in fixture["state_dict"].items()}
+    state = fixture["state_dict"]
+    markers = {key: float(i + 1) for i, key in enumerate(k for k, v in state.items() if v.is_floating_point())}
+    marked = {k: torch.full_like(v, markers[k]) if k in markers else v for k, v in state.items()}
     converted = convert(marked, fixture["release_model"], fixture["vocab"], SYMBOLS, SYMBOLS, value_path="two")
     blocks = {}
-    for key in keys:
-        marker, size = keys.index(key) + 1.0, fixture["state_dict"][key].numel()
+    for key, marker in markers.items():
+        size = state[key].numel()
         for plugin_key, value in converted.state_dict.items():
             signs = (value == marker).double() - (value == -marker).double()
             if signs.abs().sum().item() == size:

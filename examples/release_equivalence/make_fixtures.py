@@ -17,6 +17,7 @@ README.md beside this script maps the release's parameters onto the plugin's.
 import argparse
 import ast
 import importlib
+import json
 import shutil
 import subprocess
 import sys
@@ -271,8 +272,6 @@ def make_moment_fixture(release: Path, out: Path, dataset: str):
     initial state dict over MOMENT_DRAWS draws (torch.manual_seed(0 .. MOMENT_DRAWS - 1) before
     each, at the SMALL sizes).  The embedding's <pad> row is left out: the release draws it (its
     kaiming init overwrites the zero row) but never reads it; fairseq keeps it at zero."""
-    import json
-
     config_loader, models, _ = import_release(release)
     vocab2idx = release_vocabulary(release)
     result = dict(
@@ -460,6 +459,7 @@ function is that of `gru_onestep` / `gru_monoattn`.
   `g / sum(g + 1e-20)` equals a softmax to float64 precision on this batch: the fixtures do not
   tell the two apart.
 - Nothing of the release's code is in this folder: only its licence text and these outputs.
+
 ## initial_moments.json
 
 How the release draws its initial weights, for a test that draws the converted presets as often
