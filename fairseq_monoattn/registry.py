@@ -93,6 +93,13 @@ class StepActivation(nn.Module):
     def forward(self, rho: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def compiled_form(self) -> Optional[Tuple[str, float, Optional[torch.Tensor]]]:
+        """(name, temperature, gate logit or None) of the same activation in the C++ location node
+        (csrc/step_nodes.cpp), which knows the built-in entries; None: ``forward`` runs.  Only a class
+        that defines it itself is asked (see ``compiled_form``), so a subclass that changes
+        ``forward`` runs it."""
+        return None
+
 
 class ReferencePosition(nn.Module):
     """ref_t, the position the step starts from, from the previously attended position
@@ -103,6 +110,10 @@ class ReferencePosition(nn.Module):
 
     def forward(self, heads: Mapping[str, torch.Tensor], previous: torch.Tensor, step: int) -> torch.Tensor:
         raise NotImplementedError
+
+    def compiled_form(self) -> Optional[str]:
+        """The name of the same reference in the C++ location node, or None (as for steps)."""
+        return None
 
 
 class FocusNormalization(nn.Module):
@@ -119,6 +130,16 @@ class FocusNormalization(nn.Module):
         (B, S): ``forward`` of -(norm(i) - mu)^2 / (2 sigma^2).  An entry may compute both at once."""
         z = (positions - mu.unsqueeze(1)) / sigma.unsqueeze(1)
         return self(-0.5 * z * z, padding_mask)
+
+    def compiled_form(self) -> Optional[str]:
+        """The name of the same normalisation in the C++ location node, or None (as for steps)."""
+        return None
+
+
+def compiled_form(entry: nn.Module):
+    """``entry.compiled_form()`` where the entry's own class defines it, else None: a subclass of a
+    built-in entry may compute something else, so it does not inherit the built-in's C++ form."""
+    return entry.compiled_form() if "compiled_form" in type(entry).__dict__ else None
 
 
 # --- registries -------------------------------------------------------------------------------

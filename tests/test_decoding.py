@@ -103,7 +103,8 @@ def centres_and_references(model, sample, steps):
     g = torch.Generator().manual_seed(0)
     for t in range(1, steps + 1):
         hidden = torch.randn(hidden.shape, generator=g) * 3  # any decoder state
-        _, heads, _ = attention.readout(hidden).split(attention.readout_sizes, dim=-1)
+        weight, bias, sizes = attention.step_readout()  # the location heads' maps multiplied out
+        _, heads, _ = torch.nn.functional.linear(hidden, weight, bias).split(sizes, dim=-1)
         _, mu, _ = attention.location(heads, location["position"], memory, memory["padding_mask"], t)
         _, _, new_location = attention(hidden, memory, location, t)
         pairs.append((mu, location["position"]))

@@ -616,6 +616,111 @@ def test_the_cpp_step_nodes_are_the_python_ones(dtype, monkeypatch):
 
 
 @pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
+    """The whole location focus of a step (step activation, reference, leaky clamp, width, softmax
+    focus and the attended position) as one C++ node against the Python modules, for every built-in
+    step activation and reference, with and without the clamp, at the first step and a later one:
+    the same outputs bit for bit, the same gradients (the heads, the previous position, Mono's gate)
+    to float rounding.  Rows where the focus lands exactly on START (a ReLU step of 0 from position
+    0) take the clamp's tie, where torch splits the gradient in half."""
+    from fairseq_monoattn.modules import compiled
+
+    generator = torch.Generator().manual_seed(11)
+    lengths = torch.randint(1, 46, (32,), generator=generator)
+    mask = padding_mask(lengths, 45)
+    tested = 0
+    for step_activation in ("sigmoid", "mono", "relu", "softstair", "none"):
+        for reference in ("previous", "gated", "initial-bias"):
+            for clamp_slope in (None, 0.01):
+                module = location_attention(reference, step_activation, clamp_slope=clamp_slope, mono_gate_init=0.3)
+                module = module.to(dtype)
+                memory = module.prepare(lengths, 45, dtype)
+                heads = torch.randn(32, module.num_heads, generator=generator, dtype=dtype).mul(2).requires_grad_()
+                previous = torch.rand(32, generator=generator, dtype=dtype).mul(1.2)
+                previous[:4] = 0.0
+                previous.requires_grad_()
+                shapes = ((32, 45), (32,), (32,), (32,))  # weights, mu, steps, position
+                upstream = [torch.randn(*shape, generator=generator, dtype=dtype) for shape in shapes]
+                parameters = [heads, previous] + list(module.parameters())
+                for step in (1, 3):
+                    runs = {}
+                    for enabled in (False, True):
+                        monkeypatch.setattr(compiled, "ENABLED", enabled)
+                        weights, mu, steps, position = module.focus_step(heads, previous, memory, mask, step)
+                        assert (position is not None) == enabled
+                        if position is None:
+                            position = (weights * memory["positions"]).sum(-1)
+                        outputs = (weights, mu, steps, position)
+                        loss = sum((o * u).sum() for o, u in zip(outputs, upstream))
+                        runs[enabled] = outputs, torch.autograd.grad(loss, parameters, materialize_grads=True)
+                    (want, want_grads), (got, got_grads) = runs[False], runs[True]
+                    where = f"{step_activation}/{reference}/{clamp_slope}/step {step}"
+                    for g, w in zip(got, want):
+                        assert torch.equal(g, w), where
+                    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+                    for g, w in zip(got_grads, want_grads):
+                        assert (g - w).abs().max() <= tolerance * max(1.0, w.abs().max().item()), where
+                    tested += 1
+    assert tested == 60
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_cpp_mix_node_is_the_python_mix(dtype):
+    """The mix of the content and the location focus and the position it attends, as one C++ node,
+    against the Python operations it stands for: the same outputs bit for bit, the same gradients
+    (scores, location weights, mixing logit) to float rounding; padding gets no weight."""
+    from fairseq_monoattn.modules.compiled import kernels
+
+    generator = torch.Generator().manual_seed(12)
+    lengths = torch.randint(1, 46, (32,), generator=generator)
+    mask, positions = padding_mask(lengths, 45), normalized_positions(lengths, 45, dtype)
+    scores = torch.randn(32, 45, generator=generator, dtype=dtype).mul(3).requires_grad_()
+    location_logits = torch.randn(32, 45, generator=generator, dtype=dtype).requires_grad_()
+    mix_logit = torch.randn(32, 1, generator=generator, dtype=dtype).mul(2).requires_grad_()
+    upstream = torch.randn(32, 45, generator=generator, dtype=dtype), torch.randn(32, generator=generator, dtype=dtype)
+    runs = []
+    for node in (False, True):
+        location = location_logits.masked_fill(mask, float("-inf")).softmax(-1)
+        if node:
+            weights, position = kernels.mixed_focus(scores, mask, location, mix_logit, 0.7, positions)
+        else:
+            content = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
+            m = torch.sigmoid(0.7 * mix_logit)
+            weights = location + m * (content - location)
+            position = (weights * positions).sum(-1)
+        loss = (weights * upstream[0]).sum() + (position * upstream[1]).sum()
+        runs.append((weights, position, torch.autograd.grad(loss, (scores, location_logits, mix_logit))))
+    (want_w, want_p, want_grads), (got_w, got_p, got_grads) = runs
+    assert torch.equal(got_w, want_w) and torch.equal(got_p, want_p)
+    assert got_w[mask].abs().sum() == 0
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-13
+    for got, want in zip(got_grads, want_grads):
+        assert (got - want).abs().max() <= tolerance * max(1.0, want.abs().max().item())
+
+
+def test_only_an_entrys_own_class_gets_its_compiled_form():
+    """A subclass of a built-in entry that changes what it computes runs its own Python code: the
+    C++ form of its parent is not inherited."""
+    from fairseq_monoattn.modules.steps import SigmoidStep, SigmoidStepSettings
+    from fairseq_monoattn.registry import compiled_form
+
+    class HalfSigmoid(SigmoidStep):
+        def forward(self, rho):
+            return 0.5 * super().forward(rho)
+
+    assert compiled_form(SigmoidStep(SigmoidStepSettings())) == ("sigmoid", 5.0, None)
+    assert compiled_form(HalfSigmoid(SigmoidStepSettings())) is None
+    module = location_attention()
+    module.step = HalfSigmoid(SigmoidStepSettings())
+    assert module.compiled_form() is None
+    assert location_attention().compiled_form() == (("sigmoid", 5.0, None), "previous")
+    assert location_attention(dwell_count=True).compiled_form() is None
+    assert location_attention(location_normalization="sum").compiled_form() is None
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
 def test_the_cpp_step_nodes_refuse_what_they_cannot_compute():
     from fairseq_monoattn.modules.compiled import kernels
 
@@ -629,6 +734,15 @@ def test_the_cpp_step_nodes_refuse_what_they_cannot_compute():
         kernels.softmax_gaussian(positions, torch.zeros(3), torch.ones(2), mask)
     with pytest.raises(RuntimeError, match="padding_mask must be a bool tensor"):
         kernels.softmax_gaussian(positions, torch.zeros(2), torch.ones(2), mask.float())
+    heads, row = torch.zeros(2, 2), torch.zeros(2)
+    focus = dict(mono_gate=None, positions=positions, step_size=row, lengths=row + 5, padding_mask=mask,
+                 step_temperature=5.0, step=1, sigma_min=0.27, clamp_slope=None)  # fmt: skip
+    with pytest.raises(RuntimeError, match="unknown step activation 'tanh'"):
+        kernels.location_focus(heads, row, step_activation="tanh", reference="previous", **focus)
+    with pytest.raises(RuntimeError, match="heads must be \\(2, 4\\) for the reference 'gated'"):
+        kernels.location_focus(heads, row, step_activation="sigmoid", reference="gated", **focus)
+    with pytest.raises(RuntimeError, match="mono needs its gate logit"):
+        kernels.location_focus(heads, row, step_activation="mono", reference="previous", **focus)
     # their backward passes are plain loops: a second derivative is refused, not silently wrong
     x = torch.randn(3, 12, dtype=torch.float64, requires_grad=True)
     out = kernels.gru_step(x, x, torch.randn(3, 4, dtype=torch.float64))

@@ -21,4 +21,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("step_read", &step_read, "w M (a batch of row vectors times matrices) as one node filing (w, dL/dy)");
   m.def("step_score", &step_score, "M q as one node filing (dL/ds, q)");
   m.def("softmax_gaussian", &softmax_gaussian, "the softmax focus over source positions, as one autograd node");
+  m.def("mixed_focus", &mixed_focus, "a step's mix of the content and the location focus, as one autograd node",
+        pybind11::arg("scores"), pybind11::arg("padding_mask"), pybind11::arg("location"), pybind11::arg("mix_logit"),
+        pybind11::arg("temperature"), pybind11::arg("positions"));
+  m.def("location_focus", &location_focus, "a step's location focus from its heads, as one autograd node",
+        pybind11::arg("heads"), pybind11::arg("previous"), pybind11::arg("mono_gate"), pybind11::arg("positions"),
+        pybind11::arg("step_size"), pybind11::arg("lengths"), pybind11::arg("padding_mask"),
+        pybind11::arg("step_activation"), pybind11::arg("step_temperature"), pybind11::arg("reference"),
+        pybind11::arg("step"), pybind11::arg("sigma_min"), pybind11::arg("clamp_slope"));
 }

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,23 @@ at::Tensor gru_step(const at::Tensor& input_gates, const at::Tensor& hidden_gate
 // The softmax focus over source positions as one autograd node (step_nodes.cpp).
 at::Tensor softmax_gaussian(const at::Tensor& positions, const at::Tensor& mu, const at::Tensor& sigma,
                                const at::Tensor& padding_mask);
+
+// One decoder step's location focus from its heads (the step, the reference, the clamp, the
+// width and the softmax focus), as one autograd node (step_nodes.cpp): weights, mu, steps and the
+// attended position.
+std::vector<at::Tensor> location_focus(const at::Tensor& heads, const at::Tensor& previous,
+                                       const std::optional<at::Tensor>& mono_gate, const at::Tensor& positions,
+                                       const at::Tensor& step_size, const at::Tensor& lengths,
+                                       const at::Tensor& padding_mask, const std::string& step_activation,
+                                       double step_temperature, const std::string& reference, int64_t step,
+                                       double sigma_min, std::optional<double> clamp_slope);
+
+// One decoder step's mix of the content focus softmax(scores) and the location focus, weights =
+// location + sigmoid(T mix_logit) (content - location), and the position the weights attend, as
+// one autograd node (step_nodes.cpp).
+std::vector<at::Tensor> mixed_focus(const at::Tensor& scores, const at::Tensor& padding_mask,
+                                    const at::Tensor& location, const at::Tensor& mix_logit, double temperature,
+                                    const at::Tensor& positions);
 
 // The factor pairs (a_t, b_t) of a gradient sum_t a_t^T b_t that the step nodes below file in the
 // backward pass, one a step, for the collector in modules/step_linear.py to take once every step is

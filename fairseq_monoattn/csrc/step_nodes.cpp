@@ -14,7 +14,10 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string>
 
 namespace fairseq_monoattn {
 
@@ -124,6 +127,49 @@ struct GRUStep : public torch::autograd::Function<GRUStep> {
   }
 };
 
+// lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma: (lambda, z).
+// positions and padding_mask (B, S), mu and sigma (B,) contiguous.
+std::pair<Tensor, Tensor> gaussian_focus(const Tensor& positions_in, const Tensor& mu, const Tensor& sigma,
+                                         const Tensor& padding_mask_in) {
+  const Tensor positions = positions_in.contiguous(), padding_mask = padding_mask_in.contiguous();
+  const int64_t B = positions.size(0), S = positions.size(1);
+  Tensor z = at::empty({B, S}, positions.options());
+  Tensor logits = at::empty({B, S}, positions.options());
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "gaussian_focus", [&] {
+    const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
+    for (int64_t i = 0; i < B; ++i) {
+      const scalar_t* __restrict__ p = positions.data_ptr<scalar_t>() + i * S;
+      const bool* __restrict__ pad = padding_mask.data_ptr<bool>() + i * S;
+      scalar_t* __restrict__ z_ = z.data_ptr<scalar_t>() + i * S;
+      scalar_t* __restrict__ l = logits.data_ptr<scalar_t>() + i * S;
+      const scalar_t m = mu.data_ptr<scalar_t>()[i], s = sigma.data_ptr<scalar_t>()[i];
+      for (int64_t j = 0; j < S; ++j) {
+        const scalar_t zj = (p[j] - m) / s;
+        z_[j] = zj;
+        l[j] = pad[j] ? minus_infinity : static_cast<scalar_t>(-0.5) * zj * zj;
+      }
+    }
+  });
+  return {logits.softmax(-1), z};
+}
+
+// One row of the focus's backward pass, from g = dL/dlambda: dL/dl = lambda (g - <lambda, g>)
+// through the softmax, then dL/dmu = sum dL/dl z / sigma and dL/dsigma = sum dL/dl z^2 / sigma.
+template <typename T>
+void gaussian_focus_backward_row(const T* __restrict__ w, const T* __restrict__ z, const T* __restrict__ g, T sigma,
+                                 int64_t S, T& grad_mu, T& grad_sigma) {
+  T expected = 0;  // <lambda, g>
+  for (int64_t j = 0; j < S; ++j) expected += w[j] * g[j];
+  T along = 0, along_z = 0;  // sum of dL/dl z and of dL/dl z^2
+  for (int64_t j = 0; j < S; ++j) {
+    const T grad_logit = w[j] * (g[j] - expected);
+    along += grad_logit * z[j];
+    along_z += grad_logit * z[j] * z[j];
+  }
+  grad_mu = along / sigma;
+  grad_sigma = along_z / sigma;
+}
+
 // lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma.  Backward:
 // dL/dl = lambda (g - <lambda, g>) through the softmax, then dl/dmu = z / sigma, dl/dsigma = z^2 / sigma.
 struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
@@ -136,30 +182,12 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
                 "softmax_gaussian: padding_mask must be a bool tensor on the CPU");
     TORCH_CHECK(positions_in.dim() == 2 && padding_mask_in.sizes() == positions_in.sizes(),
                 "softmax_gaussian: positions and padding_mask must be (rows, source positions) alike");
-    const int64_t B = positions_in.size(0), S = positions_in.size(1);
+    const int64_t B = positions_in.size(0);
     TORCH_CHECK(mu_in.dim() == 1 && mu_in.size(0) == B && sigma_in.dim() == 1 && sigma_in.size(0) == B,
                 "softmax_gaussian: mu and sigma must be (", B, ",), one a row");
-    const Tensor positions = positions_in.contiguous(), mu = mu_in.contiguous(), sigma = sigma_in.contiguous();
-    const Tensor padding_mask = padding_mask_in.contiguous();
-    Tensor z = at::empty({B, S}, positions.options());
-    Tensor logits = at::empty({B, S}, positions.options());
-    AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "softmax_gaussian", [&] {
-      const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
-      for (int64_t i = 0; i < B; ++i) {
-        const scalar_t* __restrict__ p = positions.data_ptr<scalar_t>() + i * S;
-        const bool* __restrict__ pad = padding_mask.data_ptr<bool>() + i * S;
-        scalar_t* __restrict__ z_ = z.data_ptr<scalar_t>() + i * S;
-        scalar_t* __restrict__ l = logits.data_ptr<scalar_t>() + i * S;
-        const scalar_t m = mu.data_ptr<scalar_t>()[i], s = sigma.data_ptr<scalar_t>()[i];
-        for (int64_t j = 0; j < S; ++j) {
-          const scalar_t zj = (p[j] - m) / s;
-          z_[j] = zj;
-          l[j] = pad[j] ? minus_infinity : static_cast<scalar_t>(-0.5) * zj * zj;
-        }
-      }
-    });
-    Tensor weights = logits.softmax(-1);
-    ctx->save_for_backward({weights, z, sigma});
+    Tensor weights, z;
+    std::tie(weights, z) = gaussian_focus(positions_in, mu_in.contiguous(), sigma_in.contiguous(), padding_mask_in);
+    ctx->save_for_backward({weights, z, sigma_in.contiguous()});
     return weights;
   }
 
@@ -172,27 +200,292 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
     Tensor grad_mu = at::empty({B}, weights.options());
     Tensor grad_sigma = at::empty({B}, weights.options());
     AT_DISPATCH_FLOATING_TYPES(weights.scalar_type(), "softmax_gaussian_backward", [&] {
-      const scalar_t* w = weights.data_ptr<scalar_t>();
-      const scalar_t* z_ = z.data_ptr<scalar_t>();
-      const scalar_t* s = sigma.data_ptr<scalar_t>();
-      const scalar_t* g = grad.data_ptr<scalar_t>();
-      scalar_t* g_mu = grad_mu.data_ptr<scalar_t>();
-      scalar_t* g_sigma = grad_sigma.data_ptr<scalar_t>();
-      for (int64_t i = 0; i < B; ++i) {
-        const scalar_t *wi = w + i * S, *zi = z_ + i * S, *gi = g + i * S;
-        scalar_t expected = 0;  // <lambda, g>
-        for (int64_t j = 0; j < S; ++j) expected += wi[j] * gi[j];
-        scalar_t along = 0, along_z = 0;  // sum of dL/dl z and of dL/dl z^2
-        for (int64_t j = 0; j < S; ++j) {
-          const scalar_t grad_logit = wi[j] * (gi[j] - expected);
-          along += grad_logit * zi[j];
-          along_z += grad_logit * zi[j] * zi[j];
-        }
-        g_mu[i] = along / s[i];
-        g_sigma[i] = along_z / s[i];
-      }
+      for (int64_t i = 0; i < B; ++i)
+        gaussian_focus_backward_row(weights.data_ptr<scalar_t>() + i * S, z.data_ptr<scalar_t>() + i * S,
+                                    grad.data_ptr<scalar_t>() + i * S, sigma.data_ptr<scalar_t>()[i], S,
+                                    grad_mu.data_ptr<scalar_t>()[i], grad_sigma.data_ptr<scalar_t>()[i]);
     });
     return {Tensor(), grad_mu, grad_sigma, Tensor()};
+  }
+};
+
+// The location focus of one decoder step from its heads, as one autograd node (location.py, with
+// the step activations of steps.py and the references of references.py):
+//
+//   steps = act(rho)                          rho = heads[:, 0]
+//   mu    = ref(previous, heads) + steps * step_size,  leaky-clamped to [0, 1] when clamp_slope >= 0
+//   sigma = (ReLU(heads[:, 1]) + sigma_min) / L
+//   lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma
+//   position = sum_i lambda_i positions_i   (the next step's previous position)
+//
+// Forward makes the Python code's operations with torch's kernels (its outputs are the Python
+// code's bit for bit); backward is one loop over the rows.
+enum class StepKind { sigmoid, mono, relu, softstair, none };
+enum class ReferenceKind { previous, gated, initial_bias };
+
+StepKind step_kind_of(const std::string& name) {
+  if (name == "sigmoid") return StepKind::sigmoid;
+  if (name == "mono") return StepKind::mono;
+  if (name == "relu") return StepKind::relu;
+  if (name == "softstair") return StepKind::softstair;
+  if (name == "none") return StepKind::none;
+  TORCH_CHECK(false, "location_focus: unknown step activation '", name, "' (sigmoid, mono, relu, softstair, none)");
+}
+
+ReferenceKind reference_kind_of(const std::string& name) {
+  if (name == "previous") return ReferenceKind::previous;
+  if (name == "gated") return ReferenceKind::gated;
+  if (name == "initial-bias") return ReferenceKind::initial_bias;
+  TORCH_CHECK(false, "location_focus: unknown reference '", name, "' (previous, gated, initial-bias)");
+}
+
+int64_t reference_heads(ReferenceKind kind) { return kind == ReferenceKind::gated ? 2 : kind == ReferenceKind::initial_bias ? 1 : 0; }
+
+template <typename T>
+inline T scalar_sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// torch's gradient of maximum(a, b) to a (minimum: swap the comparison): all of it where a wins, half on a tie
+template <typename T>
+inline T share_of_max(T a, T b) {
+  return a > b ? T(1) : (a == b ? T(0.5) : T(0));
+}
+
+struct LocationFocus : public torch::autograd::Function<LocationFocus> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& heads_in, const Tensor& previous,
+                               const Tensor& mono_gate, const Tensor& positions, const Tensor& step_size,
+                               const Tensor& lengths, const Tensor& padding_mask, const std::string& step_name,
+                               double step_temperature, const std::string& reference_name, int64_t step,
+                               double sigma_min, double clamp_slope) {
+    const StepKind step_kind = step_kind_of(step_name);
+    const ReferenceKind reference = reference_kind_of(reference_name);
+    for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{heads_in, "heads"}, {previous, "previous"},
+                                  {step_size, "step_size"}, {lengths, "lengths"}})
+      check_step_input(t, (std::string("location_focus: ") + name).c_str(), positions);
+    TORCH_CHECK(padding_mask.device().is_cpu() && padding_mask.scalar_type() == at::kBool,
+                "location_focus: padding_mask must be a bool tensor on the CPU");
+    TORCH_CHECK(positions.dim() == 2 && padding_mask.sizes() == positions.sizes(),
+                "location_focus: positions and padding_mask must be (rows, source positions) alike");
+    const int64_t B = positions.size(0), num_heads = 2 + reference_heads(reference);
+    TORCH_CHECK(heads_in.dim() == 2 && heads_in.size(0) == B && heads_in.size(1) == num_heads,
+                "location_focus: heads must be (", B, ", ", num_heads, ") for the reference '", reference_name, "'");
+    TORCH_CHECK(previous.dim() == 1 && previous.size(0) == B && step_size.sizes() == previous.sizes() &&
+                    lengths.sizes() == previous.sizes(),
+                "location_focus: previous, step_size and lengths must be (", B, ",), one a row");
+    if (step_kind == StepKind::mono) check_step_input(mono_gate, "location_focus: mono_gate", positions);
+    const Tensor heads = heads_in.contiguous();
+    const Tensor rho = heads.select(1, 0), width = heads.select(1, 1);
+    Tensor steps;
+    switch (step_kind) {  // the operations of steps.py, in its order
+      case StepKind::sigmoid:
+        steps = at::sigmoid(at::mul(rho, step_temperature));
+        break;
+      case StepKind::mono: {
+        const Tensor bounded = at::sigmoid(at::mul(rho, step_temperature));
+        steps = at::add(bounded, at::mul(at::sigmoid(mono_gate), at::sub(at::relu(rho), bounded)));
+        break;
+      }
+      case StepKind::relu:
+        steps = at::relu(rho);
+        break;
+      case StepKind::softstair: {
+        const Tensor floor = at::floor(rho);
+        steps = at::add(floor, at::sigmoid(at::mul(at::sub(at::sub(rho, floor), 0.5), step_temperature)));
+        break;
+      }
+      case StepKind::none:
+        steps = rho.clone();
+        break;
+    }
+    Tensor origin;  // the reference position (references.py)
+    if (reference == ReferenceKind::gated)
+      origin = at::add(at::mul(at::sigmoid(heads.select(1, 3)), previous), at::sigmoid(heads.select(1, 2)));
+    else if (reference == ReferenceKind::initial_bias && step == 1)
+      origin = at::sigmoid(heads.select(1, 2));
+    else
+      origin = previous;
+    const Tensor unclamped = at::add(origin, at::mul(steps, step_size));
+    Tensor mu = unclamped;
+    if (clamp_slope >= 0) {  // max(m mu, min(1 + m mu, mu))
+      const Tensor leak = at::mul(unclamped, clamp_slope);
+      mu = at::maximum(leak, at::minimum(at::add(leak, 1), unclamped));
+    }
+    const Tensor sigma = at::div(at::add(at::relu(width), sigma_min), lengths);
+    Tensor weights, z;
+    std::tie(weights, z) = gaussian_focus(positions, mu.contiguous(), sigma, padding_mask);
+    const Tensor position = at::mul(weights, positions).sum(-1);
+    // (the backward pass reads the rows in place)
+    ctx->save_for_backward({heads, previous.contiguous(), mono_gate, positions.contiguous(), step_size.contiguous(),
+                            lengths.contiguous(), weights, z, sigma, unclamped});
+    ctx->saved_data["step_kind"] = static_cast<int64_t>(step_kind);
+    ctx->saved_data["reference"] = static_cast<int64_t>(reference);
+    ctx->saved_data["first_step"] = step == 1;
+    ctx->saved_data["step_temperature"] = step_temperature;
+    ctx->saved_data["clamp_slope"] = clamp_slope;
+    return {weights, mu, steps, position};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    check_no_double_backward("location_focus");
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &heads = saved[0], &previous = saved[1], &mono_gate = saved[2], &positions = saved[3];
+    const Tensor &step_size = saved[4], &lengths = saved[5], &weights = saved[6], &z = saved[7], &sigma = saved[8];
+    const Tensor& unclamped = saved[9];
+    const auto step_kind = static_cast<StepKind>(ctx->saved_data["step_kind"].toInt());
+    const auto reference = static_cast<ReferenceKind>(ctx->saved_data["reference"].toInt());
+    const bool first_step = ctx->saved_data["first_step"].toBool();
+    const double temperature = ctx->saved_data["step_temperature"].toDouble();
+    const double clamp_slope = ctx->saved_data["clamp_slope"].toDouble();
+    const int64_t B = weights.size(0), S = weights.size(1), num_heads = heads.size(1);
+    // an output nobody used has no gradient (read as zeros)
+    const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(weights);
+    const Tensor grad_mu_out = grads[1].defined() ? grads[1].contiguous() : Tensor();
+    const Tensor grad_steps_out = grads[2].defined() ? grads[2].contiguous() : Tensor();
+    const Tensor grad_position = grads[3].defined() ? grads[3].contiguous() : Tensor();
+    Tensor grad_heads = at::empty({B, num_heads}, heads.options());
+    Tensor grad_previous = at::empty({B}, heads.options());
+    Tensor grad_gate;
+    AT_DISPATCH_FLOATING_TYPES(heads.scalar_type(), "location_focus_backward", [&] {
+      using T = scalar_t;
+      const T T_ = static_cast<T>(temperature), m = static_cast<T>(clamp_slope);
+      const T gate = step_kind == StepKind::mono ? scalar_sigmoid(mono_gate.item<T>()) : T(0);
+      T grad_gate_sum = 0;
+      std::vector<T> grad_row(S);
+      auto rows = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : nullptr; };
+      const T *g_positions = rows(grad_position), *g_mus = rows(grad_mu_out), *g_steps_out = rows(grad_steps_out);
+      for (int64_t i = 0; i < B; ++i) {
+        const T* h = heads.data_ptr<T>() + i * num_heads;
+        const T* p = positions.data_ptr<T>() + i * S;
+        const T* g = grad_weights.data_ptr<T>() + i * S;
+        const T g_position = (g_positions ? g_positions[i] : T(0));
+        for (int64_t j = 0; j < S; ++j) grad_row[j] = g[j] + g_position * p[j];  // position = <lambda, positions>
+        T g_mu, g_sigma;
+        gaussian_focus_backward_row(weights.data_ptr<T>() + i * S, z.data_ptr<T>() + i * S, grad_row.data(),
+                                    sigma.data_ptr<T>()[i], S, g_mu, g_sigma);
+        g_mu += (g_mus ? g_mus[i] : T(0));
+        if (clamp_slope >= 0) {  // mu = max(a, c), a = m x, c = min(d, x), d = a + 1
+          const T x = unclamped.data_ptr<T>()[i], a = x * m, d = a + 1, c = std::min(d, x);
+          const T g_a = g_mu * share_of_max(a, c), g_c = g_mu * share_of_max(c, a);
+          g_mu = m * g_a + m * (g_c * share_of_max(x, d)) + g_c * share_of_max(d, x);  // min: the smaller wins
+        }
+        const T g_steps = (g_steps_out ? g_steps_out[i] : T(0)) + g_mu * step_size.data_ptr<T>()[i];
+        const T rho = h[0];
+        T g_rho = 0;
+        switch (step_kind) {
+          case StepKind::sigmoid: {
+            const T s = scalar_sigmoid(rho * T_);
+            g_rho = g_steps * T_ * s * (1 - s);
+            break;
+          }
+          case StepKind::mono: {  // b + g (ReLU(rho) - b), b = sigmoid(T rho), g = sigmoid(p)
+            const T b = scalar_sigmoid(rho * T_);
+            g_rho = g_steps * ((1 - gate) * T_ * b * (1 - b) + (rho > 0 ? gate : T(0)));
+            grad_gate_sum += g_steps * gate * (1 - gate) * ((rho > 0 ? rho : T(0)) - b);
+            break;
+          }
+          case StepKind::relu:
+            g_rho = rho > 0 ? g_steps : T(0);
+            break;
+          case StepKind::softstair: {
+            const T s = scalar_sigmoid((rho - std::floor(rho) - T(0.5)) * T_);
+            g_rho = g_steps * T_ * s * (1 - s);
+            break;
+          }
+          case StepKind::none:
+            g_rho = g_steps;
+            break;
+        }
+        T* gh = grad_heads.data_ptr<T>() + i * num_heads;
+        gh[0] = g_rho;
+        gh[1] = h[1] > 0 ? g_sigma / lengths.data_ptr<T>()[i] : T(0);  // sigma = (ReLU(w) + sigma_min) / L
+        T& g_previous = grad_previous.data_ptr<T>()[i];
+        if (reference == ReferenceKind::gated) {  // ref = sigmoid(gate) previous + sigmoid(bias)
+          const T sg = scalar_sigmoid(h[3]), sb = scalar_sigmoid(h[2]);
+          g_previous = g_mu * sg;
+          gh[2] = g_mu * sb * (1 - sb);
+          gh[3] = g_mu * previous.data_ptr<T>()[i] * sg * (1 - sg);
+        } else if (reference == ReferenceKind::initial_bias) {  // ref = sigmoid(bias) at step 1, previous after
+          const T sb = scalar_sigmoid(h[2]);
+          g_previous = first_step ? T(0) : g_mu;
+          gh[2] = first_step ? g_mu * sb * (1 - sb) : T(0);
+        } else {
+          g_previous = g_mu;
+        }
+      }
+      if (step_kind == StepKind::mono) grad_gate = at::full({}, grad_gate_sum, heads.options());
+    });
+    return {grad_heads, grad_previous, grad_gate, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+            Tensor(),   Tensor(),      Tensor(),   Tensor(), Tensor()};
+  }
+};
+
+// The mixed focus of one decoder step, as one autograd node (cross_attention.py):
+//
+//   content  = softmax(scores) over the real positions
+//   m        = sigmoid(T mix_logit)                       (B, 1)
+//   weights  = location + m (content - location)          = m content + (1 - m) location
+//   position = sum_i weights_i positions_i                 (the next step's previous position)
+//
+// Forward makes the Python code's operations with torch's kernels; backward is one loop over the rows.
+struct MixedFocus : public torch::autograd::Function<MixedFocus> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& scores, const Tensor& padding_mask,
+                               const Tensor& location, const Tensor& mix_logit, double temperature,
+                               const Tensor& positions) {
+    for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{scores, "scores"}, {location, "location"},
+                                  {mix_logit, "mix_logit"}})
+      check_step_input(t, (std::string("mixed_focus: ") + name).c_str(), positions);
+    TORCH_CHECK(padding_mask.device().is_cpu() && padding_mask.scalar_type() == at::kBool,
+                "mixed_focus: padding_mask must be a bool tensor on the CPU");
+    TORCH_CHECK(positions.dim() == 2 && padding_mask.sizes() == positions.sizes() && scores.sizes() == positions.sizes() &&
+                    location.sizes() == positions.sizes(),
+                "mixed_focus: scores, location, positions and padding_mask must be (rows, source positions) alike");
+    const int64_t B = positions.size(0);
+    TORCH_CHECK(mix_logit.dim() == 2 && mix_logit.size(0) == B && mix_logit.size(1) == 1,
+                "mixed_focus: mix_logit must be (", B, ", 1), one a row");
+    const Tensor content = scores.masked_fill(padding_mask, -std::numeric_limits<double>::infinity()).softmax(-1);
+    const Tensor mix = at::sigmoid(at::mul(mix_logit, temperature));
+    const Tensor weights = at::add(location, at::mul(mix, at::sub(content, location)));
+    const Tensor position = at::mul(weights, positions).sum(-1);
+    ctx->save_for_backward({content, location.contiguous(), mix.contiguous(), positions.contiguous()});
+    ctx->saved_data["temperature"] = temperature;
+    return {weights, position};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    check_no_double_backward("mixed_focus");
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &content = saved[0], &location = saved[1], &mix = saved[2], &positions = saved[3];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const int64_t B = content.size(0), S = content.size(1);
+    const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(content);
+    const Tensor grad_position = grads[1].defined() ? grads[1].contiguous() : Tensor();
+    Tensor grad_scores = at::empty({B, S}, content.options());
+    Tensor grad_location = at::empty({B, S}, content.options());
+    Tensor grad_mix = at::empty({B, 1}, content.options());
+    AT_DISPATCH_FLOATING_TYPES(content.scalar_type(), "mixed_focus_backward", [&] {
+      using T = scalar_t;
+      const T* g_positions = grad_position.defined() ? grad_position.data_ptr<T>() : nullptr;
+      std::vector<T> grad_content(S);
+      for (int64_t i = 0; i < B; ++i) {
+        const T *c = content.data_ptr<T>() + i * S, *l = location.data_ptr<T>() + i * S;
+        const T *p = positions.data_ptr<T>() + i * S, *g = grad_weights.data_ptr<T>() + i * S;
+        const T m = mix.data_ptr<T>()[i], g_position = g_positions ? g_positions[i] : T(0);
+        T* g_l = grad_location.data_ptr<T>() + i * S;
+        T g_m = 0, expected = 0;  // dL/dm, <content, dL/dcontent>
+        for (int64_t j = 0; j < S; ++j) {
+          const T g_w = g[j] + g_position * p[j];  // position = <weights, positions>
+          g_m += g_w * (c[j] - l[j]);
+          grad_content[j] = g_w * m;
+          g_l[j] = g_w - grad_content[j];
+          expected += c[j] * grad_content[j];
+        }
+        T* g_s = grad_scores.data_ptr<T>() + i * S;
+        for (int64_t j = 0; j < S; ++j) g_s[j] = c[j] * (grad_content[j] - expected);  // through the softmax
+        grad_mix.data_ptr<T>()[i] = g_m * static_cast<T>(temperature) * m * (1 - m);
+      }
+    });
+    return {grad_scores, Tensor(), grad_location, grad_mix, Tensor(), Tensor()};
   }
 };
 
@@ -324,6 +617,25 @@ Tensor gru_step(const Tensor& input_gates, const Tensor& hidden_gates, const Ten
 
 Tensor softmax_gaussian(const Tensor& positions, const Tensor& mu, const Tensor& sigma, const Tensor& padding_mask) {
   return SoftmaxGaussian::apply(positions, mu, sigma, padding_mask);
+}
+
+std::vector<Tensor> mixed_focus(const Tensor& scores, const Tensor& padding_mask, const Tensor& location,
+                                const Tensor& mix_logit, double temperature, const Tensor& positions) {
+  return MixedFocus::apply(scores, padding_mask, location, mix_logit, temperature, positions);
+}
+
+std::vector<Tensor> location_focus(const Tensor& heads, const Tensor& previous, const std::optional<Tensor>& mono_gate,
+                                   const Tensor& positions, const Tensor& step_size, const Tensor& lengths,
+                                   const Tensor& padding_mask, const std::string& step_activation,
+                                   double step_temperature, const std::string& reference, int64_t step,
+                                   double sigma_min, std::optional<double> clamp_slope) {
+  TORCH_CHECK(!clamp_slope || *clamp_slope >= 0, "location_focus: clamp_slope must be >= 0 (or None: no clamp)");
+  TORCH_CHECK(step_activation != "mono" || (mono_gate && mono_gate->dim() == 0),
+              "location_focus: mono needs its gate logit (a scalar)");
+  // an undefined tensor cannot be a Function's input: a scalar stands in for a missing gate
+  return LocationFocus::apply(heads, previous, mono_gate ? *mono_gate : at::zeros({}, positions.options()), positions, step_size, lengths,
+                              padding_mask, step_activation, step_temperature, reference, step, sigma_min,
+                              clamp_slope.value_or(-1.0));
 }
 
 }  // namespace fairseq_monoattn

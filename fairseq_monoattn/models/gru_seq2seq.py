@@ -436,11 +436,11 @@ class GRUDecoder(FairseqIncrementalDecoder):
         outputs, weights = [], []
         for j, gates in enumerate(input_gates):
             read = read_map(hidden[-1])
-            if merged:
-                read, hidden_gates = read.split([sum(sizes), cell.weight_hh.size(0)], dim=-1)
+            if merged:  # one split of the one product: the attention's parts and the hidden gates
+                *parts, hidden_gates = read.split(sizes + [cell.weight_hh.size(0)], dim=-1)
             else:
-                hidden_gates = F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
-            context, step_weights, location = self.attention.attend(read, sizes, step_memory, location, first_step + j)
+                parts, hidden_gates = read.split(sizes, dim=-1), F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
+            context, step_weights, location = self.attention.attend_parts(*parts, step_memory, location, first_step + j)
             hidden[0] = gru_update(context_map(context, gates), hidden_gates, hidden[0])
             for layer in range(1, self.num_layers):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])

@@ -8,6 +8,10 @@ stands in for, with fewer operator calls and no Python in its backward pass:
     packed_gru_forward / packed_gru_backward   the encoder's bidirectional GRU loop (gru.py)
     gru_step                                   the decoder's GRU update, one node (gru.py)
     softmax_gaussian                           the softmax focus, one node (normalizations.py)
+    location_focus                             a step's whole location focus from its heads, one
+                                               node (location.py; the built-in entries)
+    mixed_focus                                the mix of the content and the location focus,
+                                               one node (cross_attention.py)
     step_product, step_read, step_score        the per-step products (step_linear.py), with
     PendingFactors                             the factors their backward passes file
 

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import Scorer
+from . import compiled
 from .choices import check_choice
 from .direction_gate import DirectionGate
 from .location import LocationAttention
@@ -240,11 +241,19 @@ class CrossAttention(nn.Module):
         return state
 
     def next_state(
-        self, focus: torch.Tensor, memory: Memory, steps: Optional[torch.Tensor], state: LocationState
+        self,
+        focus: torch.Tensor,
+        memory: Memory,
+        steps: Optional[torch.Tensor],
+        state: LocationState,
+        position: Optional[torch.Tensor] = None,
     ) -> LocationState:
         """The state after a step that attended ``focus`` (B, S) and stepped ``steps`` (B,) (None: the
-        focus came from elsewhere, the dwell count is kept)."""
-        new = {"position": (focus * memory["positions"]).sum(dim=-1)}
+        focus came from elsewhere, the dwell count is kept); ``position``: the position ``focus``
+        attends, pa_t = sum_i focus_i norm(i), when the caller has it."""
+        if position is None:
+            position = (focus * memory["positions"]).sum(dim=-1)
+        new = {"position": position}
         if "dwell" in state:
             new["dwell"] = state["dwell"] if steps is None else self.location.next_dwell(state["dwell"], steps)
         return new
@@ -294,27 +303,53 @@ class CrossAttention(nn.Module):
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[LocationState]]:
         """One step from the readout of h_{t-1} (``step_readout``'s map, computed by the caller,
         who may share its matrix product with other maps of h)."""
+        return self.attend_parts(*readout.split(sizes, dim=-1), memory, state, step)
+
+    def attend_parts(
+        self,
+        query: torch.Tensor,
+        head_logits: torch.Tensor,
+        mix_logit: torch.Tensor,
+        memory: Memory,
+        state: Optional[LocationState],
+        step: int,
+    ) -> Tuple[torch.Tensor, torch.Tensor, Optional[LocationState]]:
+        """``attend`` from the readout's parts of ``sizes`` (for a caller that splits its product of
+        h_{t-1} once, into these and its own parts)."""
         mask = memory["padding_mask"]
-        query, head_logits, mix_logit = readout.split(sizes, dim=-1)
-        content = location = steps = None
+        scores = location = steps = location_position = None
         if self.scorer is not None:
-            content = self.scorer(query, memory, step).masked_fill(mask, float("-inf")).softmax(dim=-1)
+            scores = self.scorer(query, memory, step)
         if self.location is not None:
-            location, _, steps = self.location(head_logits, state["position"], memory, mask, step, state.get("dwell"))
+            location, _, steps, location_position = self.location.focus_step(
+                head_logits, state["position"], memory, mask, step, state.get("dwell")
+            )
             location_focus = location  # in the positions' precision, for the next reference position
             location = location.to(memory["values"].dtype)
-        if content is None:
+        weights_position = None  # the position the weights attend, where a C++ node computed it
+        if scores is None:
             weights = location
         elif location is None:
-            weights = content
+            weights = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        elif compiled.applies(scores, location, mix_logit, memory["positions"]):  # the same as below, one node
+            weights, weights_position = compiled.kernels.mixed_focus(
+                scores, mask, location, mix_logit, self.mix_temperature, memory["positions"]
+            )
         else:
+            content = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
             m = torch.sigmoid(self.mix_temperature * mix_logit)
             weights = location + m * (content - location)  # = m * content + (1 - m) * location
         context = read_rows(memory, "values", weights)
         if self.location is None:
             return context, weights, None
-        focus = location_focus if self.position_reference == "location" else weights
-        return context, weights, self.next_state(focus, memory, steps, state)
+        # the position the step attends, for the next reference: pa_t = sum_i focus_i norm(i)
+        if self.position_reference == "location":
+            focus, position = location_focus, location_position
+        elif scores is None:  # the weights are the location focus (unless in another precision)
+            focus, position = weights, (location_position if weights is location_focus else None)
+        else:
+            focus, position = weights, weights_position
+        return context, weights, self.next_state(focus, memory, steps, state, position)
 
     def attend_all(
         self,
@@ -343,9 +378,9 @@ class CrossAttention(nn.Module):
         values_type = memory["values"].dtype
         weights, focuses = [], []
         for t in range(readout.size(1)):
-            steps = None
+            steps = position = None
             if location_focus is None:
-                focus, _, steps = self.location(
+                focus, _, steps, position = self.location.focus_step(
                     head_logits[:, t], state["position"], memory, mask, first_step + t, state.get("dwell")
                 )
             else:
@@ -353,7 +388,7 @@ class CrossAttention(nn.Module):
             location = focus.to(values_type)
             step_weights = location if content is None else location + mix[:, t] * (content[:, t] - location)
             reference = focus if self.position_reference == "location" else step_weights
-            state = self.next_state(reference, memory, steps, state)
+            state = self.next_state(reference, memory, steps, state, position if reference is focus else None)
             weights.append(step_weights)
             focuses.append(focus)
         weights_all = torch.stack(weights, dim=1)

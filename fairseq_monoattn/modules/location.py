@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import FocusNormalization, ReferencePosition, StepActivation
+from ..registry import FocusNormalization, ReferencePosition, StepActivation, compiled_form
+from . import compiled
 from .positions import normalized_positions
 
 Memory = Dict[str, torch.Tensor]
@@ -74,6 +75,10 @@ class LocationAttention(nn.Module):
 
     def split_heads(self, logits: torch.Tensor) -> Dict[str, torch.Tensor]:
         """(B, num_heads) logits -> {head name: (B,)}."""
+        if logits.dim() != 2 or logits.size(1) != self.num_heads:
+            raise ValueError(
+                f"the location heads {self.head_names} need logits of (B, {self.num_heads}), not {tuple(logits.shape)}"
+            )
         return dict(zip(self.head_names, logits.unbind(1)))
 
     @staticmethod
@@ -102,7 +107,33 @@ class LocationAttention(nn.Module):
         """head_logits (B, num_heads), previous_position (B,), memory from prepare(), padding_mask
         (B, S), dwell c_{t-1} (B,) (with ``dwell_count``) -> weights (B, S) over real positions, the
         centre mu (B,) and the step s_t (B,), in source positions."""
-        heads = self.split_heads(head_logits.to(memory["positions"].dtype))
+        return self.focus_step(head_logits, previous_position, memory, padding_mask, step, dwell)[:3]
+
+    def focus_step(
+        self,
+        head_logits: torch.Tensor,
+        previous_position: torch.Tensor,
+        memory: Memory,
+        padding_mask: torch.Tensor,
+        step: int,
+        dwell: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """``forward``'s outputs and the position the weights attend, sum_i lambda_i norm(i), where
+        the C++ location node computed them all at once (one autograd node for the whole focus,
+        where the Python code records about a dozen), or None (the caller computes it)."""
+        positions = memory["positions"]
+        form = self.compiled_form() if dwell is None else None
+        tensors = [head_logits, previous_position, positions]
+        if form is not None and form[0][2] is not None:
+            tensors.append(form[0][2])  # Mono's gate logit
+        if form is not None and compiled.applies(*tensors):
+            (step_name, temperature, gate), reference = form
+            weights, mu, steps, position = compiled.kernels.location_focus(
+                head_logits, previous_position, gate, positions, memory["step_size"], memory["lengths"],
+                padding_mask, step_name, temperature, reference, step, self.sigma_min, self.clamp_slope,
+            )  # fmt: skip
+            return weights, mu, steps, position
+        heads = self.split_heads(head_logits.to(positions.dtype))
         rho = heads["step"]
         if self.dwell_weight is not None:
             rho = rho + self.dwell_weight * dwell
@@ -111,7 +142,15 @@ class LocationAttention(nn.Module):
         if self.clamp_slope is not None:
             mu = leaky_clamp(mu, self.clamp_slope)
         sigma = (F.relu(heads["width"]) + self.sigma_min) / memory["lengths"]
-        return self.normalization.focus(memory["positions"], mu, sigma, padding_mask), mu, steps
+        return self.normalization.focus(positions, mu, sigma, padding_mask), mu, steps, None
+
+    def compiled_form(self):
+        """((step activation, temperature, gate logit), reference) for the C++ location node, or
+        None when an entry has no C++ form (a user's entry) or the focus counts its dwell."""
+        if self.dwell_weight is not None or compiled_form(self.normalization) != "softmax":
+            return None
+        step, reference = compiled_form(self.step), compiled_form(self.reference)
+        return None if step is None or reference is None else (step, reference)
 
     @staticmethod
     def next_dwell(dwell: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:

@@ -51,6 +51,9 @@ class SoftmaxFocus(FocusNormalization):
             return compiled.kernels.softmax_gaussian(positions, mu, sigma, padding_mask)
         return _SoftmaxGaussian.apply(positions, mu, sigma, padding_mask)
 
+    def compiled_form(self):
+        return "softmax"
+
 
 @register_normalization("sum")
 class SumFocus(FocusNormalization):

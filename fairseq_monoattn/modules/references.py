@@ -19,6 +19,9 @@ class PreviousPosition(ReferencePosition):
     def forward(self, heads: Mapping[str, torch.Tensor], previous: torch.Tensor, step: int) -> torch.Tensor:
         return previous
 
+    def compiled_form(self):
+        return "previous"
+
 
 @register_reference("gated")
 class GatedPosition(ReferencePosition):
@@ -27,6 +30,9 @@ class GatedPosition(ReferencePosition):
     def forward(self, heads: Mapping[str, torch.Tensor], previous: torch.Tensor, step: int) -> torch.Tensor:
         return torch.sigmoid(heads["gate"]) * previous + torch.sigmoid(heads["bias"])
 
+    def compiled_form(self):
+        return "gated"
+
 
 @register_reference("initial-bias")
 class InitialBiasPosition(ReferencePosition):
@@ -34,3 +40,6 @@ class InitialBiasPosition(ReferencePosition):
 
     def forward(self, heads: Mapping[str, torch.Tensor], previous: torch.Tensor, step: int) -> torch.Tensor:
         return torch.sigmoid(heads["bias"]) if step == 1 else previous
+
+    def compiled_form(self):
+        return "initial-bias"

@@ -48,6 +48,9 @@ class SigmoidStep(StepActivation):
     def forward(self, rho: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.temperature * rho)
 
+    def compiled_form(self):
+        return "sigmoid", self.temperature, None
+
 
 @register_step_activation("mono", settings=MonoStepSettings)
 class MonoStep(StepActivation):
@@ -60,11 +63,17 @@ class MonoStep(StepActivation):
         bounded = torch.sigmoid(self.temperature * rho)
         return bounded + torch.sigmoid(self.gate_logit) * (F.relu(rho) - bounded)  # = s ReLU + (1 - s) sigmoid
 
+    def compiled_form(self):
+        return "mono", self.temperature, self.gate_logit
+
 
 @register_step_activation("relu")
 class ReluStep(StepActivation):
     def forward(self, rho: torch.Tensor) -> torch.Tensor:
         return F.relu(rho)
+
+    def compiled_form(self):
+        return "relu", 0.0, None
 
 
 @register_step_activation("softstair", settings=SoftstairStepSettings)
@@ -76,8 +85,14 @@ class SoftstairStep(StepActivation):
     def forward(self, rho: torch.Tensor) -> torch.Tensor:
         return softstair(rho, self.temperature)
 
+    def compiled_form(self):
+        return "softstair", self.temperature, None
+
 
 @register_step_activation("none")
 class RawStep(StepActivation):
     def forward(self, rho: torch.Tensor) -> torch.Tensor:
         return rho
+
+    def compiled_form(self):
+        return "none", 0.0, None
