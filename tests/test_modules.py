@@ -700,6 +700,15 @@ def test_the_cpp_mix_node_is_the_python_mix(dtype):
         assert (got - want).abs().max() <= tolerance * max(1.0, want.abs().max().item())
 
 
+def test_location_heads_of_the_wrong_width_are_refused(kernels):
+    """A readout of the wrong width is an error in both codes, not a focus read off its first columns."""
+    module = location_attention()
+    lengths = torch.tensor([3, 5])
+    memory = module.prepare(lengths, 5)
+    with pytest.raises((ValueError, RuntimeError), match=r"heads.*\((B|2), 2\)"):
+        module(torch.zeros(2, 5), torch.zeros(2), memory, padding_mask(lengths, 5), 1)
+
+
 def test_only_an_entrys_own_class_gets_its_compiled_form():
     """A subclass of a built-in entry that changes what it computes runs its own Python code: the
     C++ form of its parent is not inherited."""
