@@ -1,11 +1,39 @@
+import concurrent.futures
 import os
+import types
 
 from setuptools import find_packages, setup
 
 
+def compile_in_parallel(
+    compiler,
+    sources,
+    output_dir=None,
+    macros=None,
+    include_dirs=None,
+    debug=0,
+    extra_preargs=None,
+    extra_postargs=None,
+    depends=None,
+):
+    """distutils' ``CCompiler.compile`` with its per-source ``_compile`` calls run in threads."""
+    macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+        output_dir, macros, include_dirs, sources, depends, extra_postargs
+    )
+    cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+    def compile_one(obj):
+        source, extension = build[obj]
+        compiler._compile(obj, source, extension, cc_args, extra_postargs, pp_opts)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(os.sched_getaffinity(0)))) as pool:
+        list(pool.map(compile_one, [obj for obj in objects if obj in build]))
+    return objects
+
+
 def compiled_kernels():
-    """The C++ kernels (fairseq_monoattn/csrc: the encoder's GRU loop, the decoder step's GRU update
-    and softmax focus), built where torch can be imported at build time (``pip install
+    """The C++ kernels (fairseq_monoattn/csrc: the encoder's GRU loop, the decoder step's GRU update,
+    location focus and mix), built where torch can be imported at build time (``pip install
     --no-build-isolation``) and a C++ compiler works; else the package installs without them and
     runs the Python code (the same function, slower)."""
     try:
@@ -20,6 +48,12 @@ def compiled_kernels():
     )
 
     class BuildKernels(BuildExtension.with_options(use_ninja=False)):
+        def build_extensions(self):
+            # one compiler process a source file, as many at once as this process has cores (setuptools
+            # compiles them one after another; ninja, which would not, is not a requirement here)
+            self.compiler.compile = types.MethodType(compile_in_parallel, self.compiler)
+            super().build_extensions()
+
         def copy_file(self, infile, outfile, *args, **kwargs):
             # An in-place build (pip install -e) copies the library over the one in the package.
             # Unlink it first: a running training that has loaded the old file keeps it, where a
