@@ -394,7 +394,7 @@ def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, rounds=3):
     model = build_preset(arch, d, seed=0)
     attention = model.decoder.attention
     spent = [0.0]
-    attend = attention.attend
+    attend = attention.attend_parts  # what the decoder's step calls (``attend`` calls it too)
 
     def timed_attend(*args, **kwargs):
         start = time.perf_counter()
@@ -402,7 +402,7 @@ def decode_breakdown(arch: str, lengths=(15, 100, 500), sentences=32, rounds=3):
         spent[0] += time.perf_counter() - start
         return result
 
-    attention.attend = timed_attend
+    attention.attend_parts = timed_attend
     g = torch.Generator().manual_seed(0)
     generator_seconds = decode_speed(arch, lengths, sentences, rounds)
 
