@@ -42,6 +42,24 @@ void check_no_double_backward(const char* node) {
               "run the Python version");
 }
 
+// The memory a focus node reads: positions and padding_mask (rows, source positions) alike, the mask
+// a bool tensor on the CPU.
+void check_focus_memory(const Tensor& positions, const Tensor& padding_mask, const char* node) {
+  TORCH_CHECK(padding_mask.device().is_cpu() && padding_mask.scalar_type() == at::kBool, node,
+              ": padding_mask must be a bool tensor on the CPU");
+  TORCH_CHECK(positions.dim() == 2 && padding_mask.sizes() == positions.sizes(), node,
+              ": positions and padding_mask must be (rows, source positions) alike");
+}
+
+// The gradient of an output, contiguous, or undefined where nobody used the output.
+Tensor used_gradient(const Tensor& grad) { return grad.defined() ? grad.contiguous() : Tensor(); }
+
+// A contiguous tensor's numbers, or nullptr for an undefined one (read as zeros).
+template <typename T>
+const T* numbers_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
 // h' = (h - n) z + n,  r = sigmoid(i_r + h_r),  z = sigmoid(i_z + h_z),  n = tanh(i_n + r h_n):
 // torch's GRUCell from the gates' pre-activations (B, 3H) in its order [r | z | n].
 struct GRUStep : public torch::autograd::Function<GRUStep> {
@@ -178,10 +196,7 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
     check_step_input(positions_in, "softmax_gaussian: positions", positions_in);
     check_step_input(mu_in, "softmax_gaussian: mu", positions_in);
     check_step_input(sigma_in, "softmax_gaussian: sigma", positions_in);
-    TORCH_CHECK(padding_mask_in.device().is_cpu() && padding_mask_in.scalar_type() == at::kBool,
-                "softmax_gaussian: padding_mask must be a bool tensor on the CPU");
-    TORCH_CHECK(positions_in.dim() == 2 && padding_mask_in.sizes() == positions_in.sizes(),
-                "softmax_gaussian: positions and padding_mask must be (rows, source positions) alike");
+    check_focus_memory(positions_in, padding_mask_in, "softmax_gaussian");
     const int64_t B = positions_in.size(0);
     TORCH_CHECK(mu_in.dim() == 1 && mu_in.size(0) == B && sigma_in.dim() == 1 && sigma_in.size(0) == B,
                 "softmax_gaussian: mu and sigma must be (", B, ",), one a row");
@@ -263,10 +278,7 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
     for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{heads_in, "heads"}, {previous, "previous"},
                                   {step_size, "step_size"}, {lengths, "lengths"}})
       check_step_input(t, (std::string("location_focus: ") + name).c_str(), positions);
-    TORCH_CHECK(padding_mask.device().is_cpu() && padding_mask.scalar_type() == at::kBool,
-                "location_focus: padding_mask must be a bool tensor on the CPU");
-    TORCH_CHECK(positions.dim() == 2 && padding_mask.sizes() == positions.sizes(),
-                "location_focus: positions and padding_mask must be (rows, source positions) alike");
+    check_focus_memory(positions, padding_mask, "location_focus");
     const int64_t B = positions.size(0), num_heads = 2 + reference_heads(reference);
     TORCH_CHECK(heads_in.dim() == 2 && heads_in.size(0) == B && heads_in.size(1) == num_heads,
                 "location_focus: heads must be (", B, ", ", num_heads, ") for the reference '", reference_name, "'");
@@ -340,9 +352,8 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
     const int64_t B = weights.size(0), S = weights.size(1), num_heads = heads.size(1);
     // an output nobody used has no gradient (read as zeros)
     const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(weights);
-    const Tensor grad_mu_out = grads[1].defined() ? grads[1].contiguous() : Tensor();
-    const Tensor grad_steps_out = grads[2].defined() ? grads[2].contiguous() : Tensor();
-    const Tensor grad_position = grads[3].defined() ? grads[3].contiguous() : Tensor();
+    const Tensor grad_mu_out = used_gradient(grads[1]), grad_steps_out = used_gradient(grads[2]);
+    const Tensor grad_position = used_gradient(grads[3]);
     Tensor grad_heads = at::empty({B, num_heads}, heads.options());
     Tensor grad_previous = at::empty({B}, heads.options());
     Tensor grad_gate;
@@ -352,8 +363,8 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
       const T gate = step_kind == StepKind::mono ? scalar_sigmoid(mono_gate.item<T>()) : T(0);
       T grad_gate_sum = 0;
       std::vector<T> grad_row(S);
-      auto rows = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : nullptr; };
-      const T *g_positions = rows(grad_position), *g_mus = rows(grad_mu_out), *g_steps_out = rows(grad_steps_out);
+      const T* g_positions = numbers_or_null<T>(grad_position);
+      const T *g_mus = numbers_or_null<T>(grad_mu_out), *g_steps_out = numbers_or_null<T>(grad_steps_out);
       for (int64_t i = 0; i < B; ++i) {
         const T* h = heads.data_ptr<T>() + i * num_heads;
         const T* p = positions.data_ptr<T>() + i * S;
@@ -435,11 +446,9 @@ struct MixedFocus : public torch::autograd::Function<MixedFocus> {
     for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{scores, "scores"}, {location, "location"},
                                   {mix_logit, "mix_logit"}})
       check_step_input(t, (std::string("mixed_focus: ") + name).c_str(), positions);
-    TORCH_CHECK(padding_mask.device().is_cpu() && padding_mask.scalar_type() == at::kBool,
-                "mixed_focus: padding_mask must be a bool tensor on the CPU");
-    TORCH_CHECK(positions.dim() == 2 && padding_mask.sizes() == positions.sizes() && scores.sizes() == positions.sizes() &&
-                    location.sizes() == positions.sizes(),
-                "mixed_focus: scores, location, positions and padding_mask must be (rows, source positions) alike");
+    check_focus_memory(positions, padding_mask, "mixed_focus");
+    TORCH_CHECK(scores.sizes() == positions.sizes() && location.sizes() == positions.sizes(),
+                "mixed_focus: scores and location must be (rows, source positions) like positions");
     const int64_t B = positions.size(0);
     TORCH_CHECK(mix_logit.dim() == 2 && mix_logit.size(0) == B && mix_logit.size(1) == 1,
                 "mixed_focus: mix_logit must be (", B, ", 1), one a row");
@@ -459,13 +468,13 @@ struct MixedFocus : public torch::autograd::Function<MixedFocus> {
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const int64_t B = content.size(0), S = content.size(1);
     const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(content);
-    const Tensor grad_position = grads[1].defined() ? grads[1].contiguous() : Tensor();
+    const Tensor grad_position = used_gradient(grads[1]);
     Tensor grad_scores = at::empty({B, S}, content.options());
     Tensor grad_location = at::empty({B, S}, content.options());
     Tensor grad_mix = at::empty({B, 1}, content.options());
     AT_DISPATCH_FLOATING_TYPES(content.scalar_type(), "mixed_focus_backward", [&] {
       using T = scalar_t;
-      const T* g_positions = grad_position.defined() ? grad_position.data_ptr<T>() : nullptr;
+      const T* g_positions = numbers_or_null<T>(grad_position);
       std::vector<T> grad_content(S);
       for (int64_t i = 0; i < B; ++i) {
         const T *c = content.data_ptr<T>() + i * S, *l = location.data_ptr<T>() + i * S;

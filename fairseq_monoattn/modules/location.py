@@ -123,16 +123,15 @@ class LocationAttention(nn.Module):
         where the Python code records about a dozen), or None (the caller computes it)."""
         positions = memory["positions"]
         form = self.compiled_form() if dwell is None else None
-        tensors = [head_logits, previous_position, positions]
-        if form is not None and form[0][2] is not None:
-            tensors.append(form[0][2])  # Mono's gate logit
-        if form is not None and compiled.applies(*tensors):
+        if form is not None:
             (step_name, temperature, gate), reference = form
-            weights, mu, steps, position = compiled.kernels.location_focus(
-                head_logits, previous_position, gate, positions, memory["step_size"], memory["lengths"],
-                padding_mask, step_name, temperature, reference, step, self.sigma_min, self.clamp_slope,
-            )  # fmt: skip
-            return weights, mu, steps, position
+            gates = () if gate is None else (gate,)  # Mono's gate logit
+            if compiled.applies(head_logits, previous_position, positions, *gates):
+                weights, mu, steps, position = compiled.kernels.location_focus(
+                    head_logits, previous_position, gate, positions, memory["step_size"], memory["lengths"],
+                    padding_mask, step_name, temperature, reference, step, self.sigma_min, self.clamp_slope,
+                )  # fmt: skip
+                return weights, mu, steps, position
         heads = self.split_heads(head_logits.to(positions.dtype))
         rho = heads["step"]
         if self.dwell_weight is not None:
