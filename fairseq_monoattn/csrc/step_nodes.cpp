@@ -8,6 +8,7 @@
 // backward passes of the GRU update and the focus are plain loops.
 
 #include "kernels.h"
+#include "step_parts.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
@@ -60,6 +61,79 @@ const T* numbers_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
+// A step's parts as plain functions (step_parts.h); the nodes below wrap them.
+// -- the GRU update
+at::Tensor gru_forward_impl(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden,
+                            GRUPass& pass) {
+  const int64_t B = hidden.size(0), H = hidden.size(1);
+  Tensor reset_update = at::empty({B, 2 * H}, hidden.options());
+  Tensor candidate = at::empty({B, H}, hidden.options());
+  Tensor out = at::empty({B, H}, hidden.options());
+  const int64_t in_stride = input_gates.stride(0), hid_stride = hidden_gates.stride(0);
+  AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
+    for (int64_t i = 0; i < B; ++i) {  // i_r + h_r, i_z + h_z
+      const scalar_t* __restrict__ ig = input_gates.data_ptr<scalar_t>() + i * in_stride;
+      const scalar_t* __restrict__ hg = hidden_gates.data_ptr<scalar_t>() + i * hid_stride;
+      scalar_t* __restrict__ rz = reset_update.data_ptr<scalar_t>() + i * 2 * H;
+      for (int64_t j = 0; j < 2 * H; ++j) rz[j] = ig[j] + hg[j];
+    }
+  });
+  reset_update.sigmoid_();  // r, z
+  AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
+    for (int64_t i = 0; i < B; ++i) {  // i_n + r h_n
+      const scalar_t* __restrict__ i_n = input_gates.data_ptr<scalar_t>() + i * in_stride + 2 * H;
+      const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
+      const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
+      scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
+      for (int64_t j = 0; j < H; ++j) n[j] = i_n[j] + r[j] * h_n[j];
+    }
+  });
+  candidate.tanh_();  // n
+  AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
+    for (int64_t i = 0; i < B; ++i) {  // h' = (h - n) z + n
+      const scalar_t* __restrict__ z = reset_update.data_ptr<scalar_t>() + i * 2 * H + H;
+      const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
+      const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
+      scalar_t* __restrict__ h_new = out.data_ptr<scalar_t>() + i * H;
+      for (int64_t j = 0; j < H; ++j) h_new[j] = (h[j] - n[j]) * z[j] + n[j];
+    }
+  });
+  pass = GRUPass{reset_update, candidate, hidden, hidden_gates};
+  return out;
+}
+
+}  // namespace
+
+Tensor gru_forward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden, GRUPass& pass) {
+  return gru_forward_impl(rows_of(input_gates), rows_of(hidden_gates), hidden.contiguous(), pass);
+}
+
+void gru_backward(const Tensor& grad, const GRUPass& pass, Tensor& grad_input_gates, Tensor& grad_hidden_gates,
+                  Tensor& grad_hidden) {
+  const Tensor &reset_update = pass.reset_update, &candidate = pass.candidate, &hidden = pass.hidden;
+  const Tensor& hidden_gates = pass.hidden_gates;
+  const int64_t B = hidden.size(0), H = hidden.size(1), hid_stride = hidden_gates.stride(0);
+  const int64_t gi_stride = grad_input_gates.stride(0), gh_stride = grad_hidden_gates.stride(0);
+  TORCH_CHECK(grad_input_gates.stride(1) == 1 && grad_hidden_gates.stride(1) == 1 && grad_hidden.is_contiguous(),
+              "gru_backward: the gradients' rows must be contiguous");
+  AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step_backward", [&] {
+    for (int64_t i = 0; i < B; ++i) {
+      const scalar_t* __restrict__ g_out = grad.data_ptr<scalar_t>() + i * H;
+      const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
+      const scalar_t* __restrict__ z = r + H;
+      const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
+      const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
+      const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
+      scalar_t* __restrict__ gi = grad_input_gates.data_ptr<scalar_t>() + i * gi_stride;
+      scalar_t* __restrict__ gh = grad_hidden_gates.data_ptr<scalar_t>() + i * gh_stride;
+      scalar_t* __restrict__ gk = grad_hidden.data_ptr<scalar_t>() + i * H;
+      for (int64_t j = 0; j < H; ++j) gru_element_backward(g_out[j], r[j], z[j], n[j], h[j], h_n[j], j, H, gk, gi, gh);
+    }
+  });
+}
+
+namespace {
+
 // h' = (h - n) z + n,  r = sigmoid(i_r + h_r),  z = sigmoid(i_z + h_z),  n = tanh(i_n + r h_n):
 // torch's GRUCell from the gates' pre-activations (B, 3H) in its order [r | z | n].
 struct GRUStep : public torch::autograd::Function<GRUStep> {
@@ -75,43 +149,10 @@ struct GRUStep : public torch::autograd::Function<GRUStep> {
     TORCH_CHECK(input_gates_in.sizes() == gate_shape && hidden_gates_in.sizes() == gate_shape, "gru_step: the gates must be ",
                 at::IntArrayRef(gate_shape), " for a hidden state of ", hidden_in.sizes());
     // any leading dimensions as rows; a 2-D view of wider rows is read in place
-    const Tensor input_gates = rows_of(input_gates_in.reshape({-1, 3 * H}));
-    const Tensor hidden_gates = rows_of(hidden_gates_in.reshape({-1, 3 * H}));
-    const Tensor hidden = hidden_in.reshape({-1, H}).contiguous();
-    const int64_t B = hidden.size(0);
-    Tensor reset_update = at::empty({B, 2 * H}, hidden.options());
-    Tensor candidate = at::empty({B, H}, hidden.options());
-    Tensor out = at::empty({B, H}, hidden.options());
-    const int64_t in_stride = input_gates.stride(0), hid_stride = hidden_gates.stride(0);
-    AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
-      for (int64_t i = 0; i < B; ++i) {  // i_r + h_r, i_z + h_z
-        const scalar_t* __restrict__ ig = input_gates.data_ptr<scalar_t>() + i * in_stride;
-        const scalar_t* __restrict__ hg = hidden_gates.data_ptr<scalar_t>() + i * hid_stride;
-        scalar_t* __restrict__ rz = reset_update.data_ptr<scalar_t>() + i * 2 * H;
-        for (int64_t j = 0; j < 2 * H; ++j) rz[j] = ig[j] + hg[j];
-      }
-    });
-    reset_update.sigmoid_();  // r, z
-    AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
-      for (int64_t i = 0; i < B; ++i) {  // i_n + r h_n
-        const scalar_t* __restrict__ i_n = input_gates.data_ptr<scalar_t>() + i * in_stride + 2 * H;
-        const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
-        const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
-        scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
-        for (int64_t j = 0; j < H; ++j) n[j] = i_n[j] + r[j] * h_n[j];
-      }
-    });
-    candidate.tanh_();  // n
-    AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
-      for (int64_t i = 0; i < B; ++i) {  // h' = (h - n) z + n
-        const scalar_t* __restrict__ z = reset_update.data_ptr<scalar_t>() + i * 2 * H + H;
-        const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
-        const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
-        scalar_t* __restrict__ h_new = out.data_ptr<scalar_t>() + i * H;
-        for (int64_t j = 0; j < H; ++j) h_new[j] = (h[j] - n[j]) * z[j] + n[j];
-      }
-    });
-    ctx->save_for_backward({reset_update, candidate, hidden, hidden_gates});
+    GRUPass pass;
+    const Tensor out = gru_forward(input_gates_in.reshape({-1, 3 * H}), hidden_gates_in.reshape({-1, 3 * H}),
+                                   hidden_in.reshape({-1, H}), pass);
+    ctx->save_for_backward({pass.reset_update, pass.candidate, pass.hidden, pass.hidden_gates});
     ctx->saved_data["shape"] = hidden_in.sizes().vec();
     return out.view(hidden_in.sizes());
   }
@@ -119,26 +160,13 @@ struct GRUStep : public torch::autograd::Function<GRUStep> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     check_no_double_backward("gru_step");
     const auto saved = ctx->get_saved_variables();
-    const Tensor &reset_update = saved[0], &candidate = saved[1], &hidden = saved[2], &hidden_gates = saved[3];
-    const int64_t B = hidden.size(0), H = hidden.size(1), hid_stride = hidden_gates.stride(0);
+    const GRUPass pass{saved[0], saved[1], saved[2], saved[3]};
+    const int64_t B = pass.hidden.size(0), H = pass.hidden.size(1);
     const Tensor grad = grads[0].reshape({B, H}).contiguous();
-    Tensor grad_input_gates = at::empty({B, 3 * H}, hidden.options());
-    Tensor grad_hidden_gates = at::empty({B, 3 * H}, hidden.options());
-    Tensor grad_hidden = at::empty({B, H}, hidden.options());
-    AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step_backward", [&] {
-      for (int64_t i = 0; i < B; ++i) {
-        const scalar_t* __restrict__ g_out = grad.data_ptr<scalar_t>() + i * H;
-        const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
-        const scalar_t* __restrict__ z = r + H;
-        const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
-        const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
-        const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
-        scalar_t* __restrict__ gi = grad_input_gates.data_ptr<scalar_t>() + i * 3 * H;
-        scalar_t* __restrict__ gh = grad_hidden_gates.data_ptr<scalar_t>() + i * 3 * H;
-        scalar_t* __restrict__ gk = grad_hidden.data_ptr<scalar_t>() + i * H;
-        for (int64_t j = 0; j < H; ++j) gru_element_backward(g_out[j], r[j], z[j], n[j], h[j], h_n[j], j, H, gk, gi, gh);
-      }
-    });
+    Tensor grad_input_gates = at::empty({B, 3 * H}, pass.hidden.options());
+    Tensor grad_hidden_gates = at::empty({B, 3 * H}, pass.hidden.options());
+    Tensor grad_hidden = at::empty({B, H}, pass.hidden.options());
+    gru_backward(grad, pass, grad_input_gates, grad_hidden_gates, grad_hidden);
     std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector(), gate_shape = shape;
     gate_shape.back() = 3 * H;
     return {grad_input_gates.view(gate_shape), grad_hidden_gates.view(gate_shape), grad_hidden.view(shape)};
@@ -224,20 +252,23 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
   }
 };
 
-// The location focus of one decoder step from its heads, as one autograd node (location.py, with
-// the step activations of steps.py and the references of references.py):
-//
-//   steps = act(rho)                          rho = heads[:, 0]
-//   mu    = ref(previous, heads) + steps * step_size,  leaky-clamped to [0, 1] when clamp_slope >= 0
-//   sigma = (ReLU(heads[:, 1]) + sigma_min) / L
-//   lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma
-//   position = sum_i lambda_i positions_i   (the next step's previous position)
-//
-// Forward makes the Python code's operations with torch's kernels (its outputs are the Python
-// code's bit for bit); backward is one loop over the rows.
-enum class StepKind { sigmoid, mono, relu, softstair, none };
-enum class ReferenceKind { previous, gated, initial_bias };
+template <typename T>
+inline T scalar_sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
 
+// torch's gradient of maximum(a, b) to a (minimum: swap the comparison): all of it where a wins, half on a tie
+template <typename T>
+inline T share_of_max(T a, T b) {
+  return a > b ? T(1) : (a == b ? T(0.5) : T(0));
+}
+
+}  // namespace
+
+// The location focus of one decoder step from its heads (location.py, with the step activations of
+// steps.py and the references of references.py; step_parts.h has the equations).  Forward makes the
+// Python code's operations with torch's kernels (its outputs are the Python code's bit for bit);
+// backward is one loop over the rows.
 StepKind step_kind_of(const std::string& name) {
   if (name == "sigmoid") return StepKind::sigmoid;
   if (name == "mono") return StepKind::mono;
@@ -256,189 +287,274 @@ ReferenceKind reference_kind_of(const std::string& name) {
 
 int64_t reference_heads(ReferenceKind kind) { return kind == ReferenceKind::gated ? 2 : kind == ReferenceKind::initial_bias ? 1 : 0; }
 
-template <typename T>
-inline T scalar_sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
+LocationPass location_forward(const Tensor& heads_in, const Tensor& previous, const Tensor& mono_gate,
+                              const FocusMemory& memory, const LocationSettings& settings, int64_t step) {
+  const Tensor heads = heads_in.contiguous();
+  const Tensor rho = heads.select(1, 0), width = heads.select(1, 1);
+  const double temperature = settings.step_temperature;
+  Tensor steps;
+  switch (settings.step_kind) {  // the operations of steps.py, in its order
+    case StepKind::sigmoid:
+      steps = at::sigmoid(at::mul(rho, temperature));
+      break;
+    case StepKind::mono: {
+      const Tensor bounded = at::sigmoid(at::mul(rho, temperature));
+      steps = at::add(bounded, at::mul(at::sigmoid(mono_gate), at::sub(at::relu(rho), bounded)));
+      break;
+    }
+    case StepKind::relu:
+      steps = at::relu(rho);
+      break;
+    case StepKind::softstair: {
+      const Tensor floor = at::floor(rho);
+      steps = at::add(floor, at::sigmoid(at::mul(at::sub(at::sub(rho, floor), 0.5), temperature)));
+      break;
+    }
+    case StepKind::none:
+      steps = rho.clone();
+      break;
+  }
+  Tensor origin;  // the reference position (references.py)
+  if (settings.reference == ReferenceKind::gated)
+    origin = at::add(at::mul(at::sigmoid(heads.select(1, 3)), previous), at::sigmoid(heads.select(1, 2)));
+  else if (settings.reference == ReferenceKind::initial_bias && step == 1)
+    origin = at::sigmoid(heads.select(1, 2));
+  else
+    origin = previous;
+  const Tensor unclamped = at::add(origin, at::mul(steps, memory.step_size));
+  Tensor mu = unclamped;
+  if (settings.clamp_slope >= 0) {  // max(m mu, min(1 + m mu, mu))
+    const Tensor leak = at::mul(unclamped, settings.clamp_slope);
+    mu = at::maximum(leak, at::minimum(at::add(leak, 1), unclamped));
+  }
+  const Tensor sigma = at::div(at::add(at::relu(width), settings.sigma_min), memory.lengths);
+  LocationPass pass;
+  std::tie(pass.weights, pass.z) = gaussian_focus(memory.positions, mu.contiguous(), sigma, memory.padding_mask);
+  pass.position = at::mul(pass.weights, memory.positions).sum(-1);
+  pass.heads = heads;
+  pass.previous = previous.contiguous();
+  pass.mono_gate = mono_gate;
+  pass.mu = mu;
+  pass.steps = steps;
+  pass.sigma = sigma;
+  pass.unclamped = unclamped;
+  pass.first_step = step == 1;
+  return pass;
 }
 
-// torch's gradient of maximum(a, b) to a (minimum: swap the comparison): all of it where a wins, half on a tie
-template <typename T>
-inline T share_of_max(T a, T b) {
-  return a > b ? T(1) : (a == b ? T(0.5) : T(0));
+double location_backward(const LocationPass& pass, const FocusMemory& memory, const LocationSettings& settings,
+                         const Tensor& grad_weights, const Tensor& grad_mu_out, const Tensor& grad_steps_out,
+                         const Tensor& grad_position, Tensor& grad_heads, Tensor& grad_previous) {
+  const Tensor &heads = pass.heads, &weights = pass.weights, &z = pass.z, &sigma = pass.sigma;
+  const Tensor &positions = memory.positions, &step_size = memory.step_size, &lengths = memory.lengths;
+  const StepKind step_kind = settings.step_kind;
+  const ReferenceKind reference = settings.reference;
+  const int64_t B = weights.size(0), S = weights.size(1), num_heads = heads.size(1);
+  const int64_t heads_stride = grad_heads.stride(0);
+  TORCH_CHECK(grad_heads.stride(1) == 1 && grad_previous.is_contiguous() && grad_weights.is_contiguous(),
+              "location_backward: the gradients' rows must be contiguous");
+  double grad_gate = 0;
+  AT_DISPATCH_FLOATING_TYPES(heads.scalar_type(), "location_focus_backward", [&] {
+    using T = scalar_t;
+    const T T_ = static_cast<T>(settings.step_temperature), m = static_cast<T>(settings.clamp_slope);
+    const T gate = step_kind == StepKind::mono ? scalar_sigmoid(pass.mono_gate.item<T>()) : T(0);
+    T grad_gate_sum = 0;
+    std::vector<T> grad_row(S);
+    const T* g_positions = numbers_or_null<T>(grad_position);
+    const T *g_mus = numbers_or_null<T>(grad_mu_out), *g_steps_out = numbers_or_null<T>(grad_steps_out);
+    for (int64_t i = 0; i < B; ++i) {
+      const T* h = heads.data_ptr<T>() + i * num_heads;
+      const T* p = positions.data_ptr<T>() + i * S;
+      const T* g = grad_weights.data_ptr<T>() + i * S;
+      const T g_position = (g_positions ? g_positions[i] : T(0));
+      for (int64_t j = 0; j < S; ++j) grad_row[j] = g[j] + g_position * p[j];  // position = <lambda, positions>
+      T g_mu, g_sigma;
+      gaussian_focus_backward_row(weights.data_ptr<T>() + i * S, z.data_ptr<T>() + i * S, grad_row.data(),
+                                  sigma.data_ptr<T>()[i], S, g_mu, g_sigma);
+      g_mu += (g_mus ? g_mus[i] : T(0));
+      if (settings.clamp_slope >= 0) {  // mu = max(a, c), a = m x, c = min(d, x), d = a + 1
+        const T x = pass.unclamped.data_ptr<T>()[i], a = x * m, d = a + 1, c = std::min(d, x);
+        const T g_a = g_mu * share_of_max(a, c), g_c = g_mu * share_of_max(c, a);
+        g_mu = m * g_a + m * (g_c * share_of_max(x, d)) + g_c * share_of_max(d, x);  // min: the smaller wins
+      }
+      const T g_steps = (g_steps_out ? g_steps_out[i] : T(0)) + g_mu * step_size.data_ptr<T>()[i];
+      const T rho = h[0];
+      T g_rho = 0;
+      switch (step_kind) {
+        case StepKind::sigmoid: {
+          const T s = scalar_sigmoid(rho * T_);
+          g_rho = g_steps * T_ * s * (1 - s);
+          break;
+        }
+        case StepKind::mono: {  // b + g (ReLU(rho) - b), b = sigmoid(T rho), g = sigmoid(p)
+          const T b = scalar_sigmoid(rho * T_);
+          g_rho = g_steps * ((1 - gate) * T_ * b * (1 - b) + (rho > 0 ? gate : T(0)));
+          grad_gate_sum += g_steps * gate * (1 - gate) * ((rho > 0 ? rho : T(0)) - b);
+          break;
+        }
+        case StepKind::relu:
+          g_rho = rho > 0 ? g_steps : T(0);
+          break;
+        case StepKind::softstair: {
+          const T s = scalar_sigmoid((rho - std::floor(rho) - T(0.5)) * T_);
+          g_rho = g_steps * T_ * s * (1 - s);
+          break;
+        }
+        case StepKind::none:
+          g_rho = g_steps;
+          break;
+      }
+      T* gh = grad_heads.data_ptr<T>() + i * heads_stride;
+      gh[0] = g_rho;
+      gh[1] = h[1] > 0 ? g_sigma / lengths.data_ptr<T>()[i] : T(0);  // sigma = (ReLU(w) + sigma_min) / L
+      T& g_previous = grad_previous.data_ptr<T>()[i];
+      if (reference == ReferenceKind::gated) {  // ref = sigmoid(gate) previous + sigmoid(bias)
+        const T sg = scalar_sigmoid(h[3]), sb = scalar_sigmoid(h[2]);
+        g_previous = g_mu * sg;
+        gh[2] = g_mu * sb * (1 - sb);
+        gh[3] = g_mu * pass.previous.data_ptr<T>()[i] * sg * (1 - sg);
+      } else if (reference == ReferenceKind::initial_bias) {  // ref = sigmoid(bias) at step 1, previous after
+        const T sb = scalar_sigmoid(h[2]);
+        g_previous = pass.first_step ? T(0) : g_mu;
+        gh[2] = pass.first_step ? g_mu * sb * (1 - sb) : T(0);
+      } else {
+        g_previous = g_mu;
+      }
+    }
+    grad_gate = static_cast<double>(grad_gate_sum);
+  });
+  return grad_gate;
 }
 
+namespace {
+
+// The location focus of one decoder step from its heads, as one autograd node.
 struct LocationFocus : public torch::autograd::Function<LocationFocus> {
   static variable_list forward(AutogradContext* ctx, const Tensor& heads_in, const Tensor& previous,
                                const Tensor& mono_gate, const Tensor& positions, const Tensor& step_size,
                                const Tensor& lengths, const Tensor& padding_mask, const std::string& step_name,
                                double step_temperature, const std::string& reference_name, int64_t step,
                                double sigma_min, double clamp_slope) {
-    const StepKind step_kind = step_kind_of(step_name);
-    const ReferenceKind reference = reference_kind_of(reference_name);
+    const LocationSettings settings{step_kind_of(step_name), step_temperature, reference_kind_of(reference_name),
+                                    sigma_min, clamp_slope};
     for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{heads_in, "heads"}, {previous, "previous"},
                                   {step_size, "step_size"}, {lengths, "lengths"}})
       check_step_input(t, (std::string("location_focus: ") + name).c_str(), positions);
     check_focus_memory(positions, padding_mask, "location_focus");
-    const int64_t B = positions.size(0), num_heads = 2 + reference_heads(reference);
+    const int64_t B = positions.size(0), num_heads = 2 + reference_heads(settings.reference);
     TORCH_CHECK(heads_in.dim() == 2 && heads_in.size(0) == B && heads_in.size(1) == num_heads,
                 "location_focus: heads must be (", B, ", ", num_heads, ") for the reference '", reference_name, "'");
     TORCH_CHECK(previous.dim() == 1 && previous.size(0) == B && step_size.sizes() == previous.sizes() &&
                     lengths.sizes() == previous.sizes(),
                 "location_focus: previous, step_size and lengths must be (", B, ",), one a row");
-    if (step_kind == StepKind::mono) check_step_input(mono_gate, "location_focus: mono_gate", positions);
-    const Tensor heads = heads_in.contiguous();
-    const Tensor rho = heads.select(1, 0), width = heads.select(1, 1);
-    Tensor steps;
-    switch (step_kind) {  // the operations of steps.py, in its order
-      case StepKind::sigmoid:
-        steps = at::sigmoid(at::mul(rho, step_temperature));
-        break;
-      case StepKind::mono: {
-        const Tensor bounded = at::sigmoid(at::mul(rho, step_temperature));
-        steps = at::add(bounded, at::mul(at::sigmoid(mono_gate), at::sub(at::relu(rho), bounded)));
-        break;
-      }
-      case StepKind::relu:
-        steps = at::relu(rho);
-        break;
-      case StepKind::softstair: {
-        const Tensor floor = at::floor(rho);
-        steps = at::add(floor, at::sigmoid(at::mul(at::sub(at::sub(rho, floor), 0.5), step_temperature)));
-        break;
-      }
-      case StepKind::none:
-        steps = rho.clone();
-        break;
-    }
-    Tensor origin;  // the reference position (references.py)
-    if (reference == ReferenceKind::gated)
-      origin = at::add(at::mul(at::sigmoid(heads.select(1, 3)), previous), at::sigmoid(heads.select(1, 2)));
-    else if (reference == ReferenceKind::initial_bias && step == 1)
-      origin = at::sigmoid(heads.select(1, 2));
-    else
-      origin = previous;
-    const Tensor unclamped = at::add(origin, at::mul(steps, step_size));
-    Tensor mu = unclamped;
-    if (clamp_slope >= 0) {  // max(m mu, min(1 + m mu, mu))
-      const Tensor leak = at::mul(unclamped, clamp_slope);
-      mu = at::maximum(leak, at::minimum(at::add(leak, 1), unclamped));
-    }
-    const Tensor sigma = at::div(at::add(at::relu(width), sigma_min), lengths);
-    Tensor weights, z;
-    std::tie(weights, z) = gaussian_focus(positions, mu.contiguous(), sigma, padding_mask);
-    const Tensor position = at::mul(weights, positions).sum(-1);
+    if (settings.step_kind == StepKind::mono) check_step_input(mono_gate, "location_focus: mono_gate", positions);
+    const FocusMemory memory{positions.contiguous(), padding_mask.contiguous(), step_size.contiguous(),
+                             lengths.contiguous()};
+    const LocationPass pass = location_forward(heads_in, previous, mono_gate, memory, settings, step);
     // (the backward pass reads the rows in place)
-    ctx->save_for_backward({heads, previous.contiguous(), mono_gate, positions.contiguous(), step_size.contiguous(),
-                            lengths.contiguous(), weights, z, sigma, unclamped});
-    ctx->saved_data["step_kind"] = static_cast<int64_t>(step_kind);
-    ctx->saved_data["reference"] = static_cast<int64_t>(reference);
-    ctx->saved_data["first_step"] = step == 1;
+    ctx->save_for_backward({pass.heads, pass.previous, mono_gate, memory.positions, memory.step_size,
+                            memory.lengths, pass.weights, pass.z, pass.sigma, pass.unclamped});
+    ctx->saved_data["step_kind"] = static_cast<int64_t>(settings.step_kind);
+    ctx->saved_data["reference"] = static_cast<int64_t>(settings.reference);
+    ctx->saved_data["first_step"] = pass.first_step;
     ctx->saved_data["step_temperature"] = step_temperature;
     ctx->saved_data["clamp_slope"] = clamp_slope;
-    return {weights, mu, steps, position};
+    return {pass.weights, pass.mu, pass.steps, pass.position};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     check_no_double_backward("location_focus");
     const auto saved = ctx->get_saved_variables();
-    const Tensor &heads = saved[0], &previous = saved[1], &mono_gate = saved[2], &positions = saved[3];
-    const Tensor &step_size = saved[4], &lengths = saved[5], &weights = saved[6], &z = saved[7], &sigma = saved[8];
-    const Tensor& unclamped = saved[9];
-    const auto step_kind = static_cast<StepKind>(ctx->saved_data["step_kind"].toInt());
-    const auto reference = static_cast<ReferenceKind>(ctx->saved_data["reference"].toInt());
-    const bool first_step = ctx->saved_data["first_step"].toBool();
-    const double temperature = ctx->saved_data["step_temperature"].toDouble();
-    const double clamp_slope = ctx->saved_data["clamp_slope"].toDouble();
-    const int64_t B = weights.size(0), S = weights.size(1), num_heads = heads.size(1);
+    LocationPass pass;
+    pass.heads = saved[0];
+    pass.previous = saved[1];
+    pass.mono_gate = saved[2];
+    pass.weights = saved[6];
+    pass.z = saved[7];
+    pass.sigma = saved[8];
+    pass.unclamped = saved[9];
+    pass.first_step = ctx->saved_data["first_step"].toBool();
+    const FocusMemory memory{saved[3], Tensor(), saved[4], saved[5]};
+    const LocationSettings settings{static_cast<StepKind>(ctx->saved_data["step_kind"].toInt()),
+                                    ctx->saved_data["step_temperature"].toDouble(),
+                                    static_cast<ReferenceKind>(ctx->saved_data["reference"].toInt()), 0.0,
+                                    ctx->saved_data["clamp_slope"].toDouble()};
     // an output nobody used has no gradient (read as zeros)
-    const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(weights);
-    const Tensor grad_mu_out = used_gradient(grads[1]), grad_steps_out = used_gradient(grads[2]);
-    const Tensor grad_position = used_gradient(grads[3]);
-    Tensor grad_heads = at::empty({B, num_heads}, heads.options());
-    Tensor grad_previous = at::empty({B}, heads.options());
-    Tensor grad_gate;
-    AT_DISPATCH_FLOATING_TYPES(heads.scalar_type(), "location_focus_backward", [&] {
-      using T = scalar_t;
-      const T T_ = static_cast<T>(temperature), m = static_cast<T>(clamp_slope);
-      const T gate = step_kind == StepKind::mono ? scalar_sigmoid(mono_gate.item<T>()) : T(0);
-      T grad_gate_sum = 0;
-      std::vector<T> grad_row(S);
-      const T* g_positions = numbers_or_null<T>(grad_position);
-      const T *g_mus = numbers_or_null<T>(grad_mu_out), *g_steps_out = numbers_or_null<T>(grad_steps_out);
-      for (int64_t i = 0; i < B; ++i) {
-        const T* h = heads.data_ptr<T>() + i * num_heads;
-        const T* p = positions.data_ptr<T>() + i * S;
-        const T* g = grad_weights.data_ptr<T>() + i * S;
-        const T g_position = (g_positions ? g_positions[i] : T(0));
-        for (int64_t j = 0; j < S; ++j) grad_row[j] = g[j] + g_position * p[j];  // position = <lambda, positions>
-        T g_mu, g_sigma;
-        gaussian_focus_backward_row(weights.data_ptr<T>() + i * S, z.data_ptr<T>() + i * S, grad_row.data(),
-                                    sigma.data_ptr<T>()[i], S, g_mu, g_sigma);
-        g_mu += (g_mus ? g_mus[i] : T(0));
-        if (clamp_slope >= 0) {  // mu = max(a, c), a = m x, c = min(d, x), d = a + 1
-          const T x = unclamped.data_ptr<T>()[i], a = x * m, d = a + 1, c = std::min(d, x);
-          const T g_a = g_mu * share_of_max(a, c), g_c = g_mu * share_of_max(c, a);
-          g_mu = m * g_a + m * (g_c * share_of_max(x, d)) + g_c * share_of_max(d, x);  // min: the smaller wins
-        }
-        const T g_steps = (g_steps_out ? g_steps_out[i] : T(0)) + g_mu * step_size.data_ptr<T>()[i];
-        const T rho = h[0];
-        T g_rho = 0;
-        switch (step_kind) {
-          case StepKind::sigmoid: {
-            const T s = scalar_sigmoid(rho * T_);
-            g_rho = g_steps * T_ * s * (1 - s);
-            break;
-          }
-          case StepKind::mono: {  // b + g (ReLU(rho) - b), b = sigmoid(T rho), g = sigmoid(p)
-            const T b = scalar_sigmoid(rho * T_);
-            g_rho = g_steps * ((1 - gate) * T_ * b * (1 - b) + (rho > 0 ? gate : T(0)));
-            grad_gate_sum += g_steps * gate * (1 - gate) * ((rho > 0 ? rho : T(0)) - b);
-            break;
-          }
-          case StepKind::relu:
-            g_rho = rho > 0 ? g_steps : T(0);
-            break;
-          case StepKind::softstair: {
-            const T s = scalar_sigmoid((rho - std::floor(rho) - T(0.5)) * T_);
-            g_rho = g_steps * T_ * s * (1 - s);
-            break;
-          }
-          case StepKind::none:
-            g_rho = g_steps;
-            break;
-        }
-        T* gh = grad_heads.data_ptr<T>() + i * num_heads;
-        gh[0] = g_rho;
-        gh[1] = h[1] > 0 ? g_sigma / lengths.data_ptr<T>()[i] : T(0);  // sigma = (ReLU(w) + sigma_min) / L
-        T& g_previous = grad_previous.data_ptr<T>()[i];
-        if (reference == ReferenceKind::gated) {  // ref = sigmoid(gate) previous + sigmoid(bias)
-          const T sg = scalar_sigmoid(h[3]), sb = scalar_sigmoid(h[2]);
-          g_previous = g_mu * sg;
-          gh[2] = g_mu * sb * (1 - sb);
-          gh[3] = g_mu * previous.data_ptr<T>()[i] * sg * (1 - sg);
-        } else if (reference == ReferenceKind::initial_bias) {  // ref = sigmoid(bias) at step 1, previous after
-          const T sb = scalar_sigmoid(h[2]);
-          g_previous = first_step ? T(0) : g_mu;
-          gh[2] = first_step ? g_mu * sb * (1 - sb) : T(0);
-        } else {
-          g_previous = g_mu;
-        }
-      }
-      if (step_kind == StepKind::mono) grad_gate = at::full({}, grad_gate_sum, heads.options());
-    });
-    return {grad_heads, grad_previous, grad_gate, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
-            Tensor(),   Tensor(),      Tensor(),   Tensor(), Tensor()};
+    const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(pass.weights);
+    Tensor grad_heads = at::empty(pass.heads.sizes(), pass.heads.options());
+    Tensor grad_previous = at::empty({pass.heads.size(0)}, pass.heads.options());
+    const double grad_gate = location_backward(pass, memory, settings, grad_weights, used_gradient(grads[1]),
+                                               used_gradient(grads[2]), used_gradient(grads[3]), grad_heads,
+                                               grad_previous);
+    Tensor grad_gate_tensor;
+    if (settings.step_kind == StepKind::mono) grad_gate_tensor = at::full({}, grad_gate, pass.heads.options());
+    return {grad_heads, grad_previous, grad_gate_tensor, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+            Tensor(),   Tensor(),      Tensor(),         Tensor(), Tensor()};
   }
 };
 
-// The mixed focus of one decoder step, as one autograd node (cross_attention.py):
-//
-//   content  = softmax(scores) over the real positions
-//   m        = sigmoid(T mix_logit)                       (B, 1)
-//   weights  = location + m (content - location)          = m content + (1 - m) location
-//   position = sum_i weights_i positions_i                 (the next step's previous position)
-//
-// Forward makes the Python code's operations with torch's kernels; backward is one loop over the rows.
+}  // namespace
+
+// The mixed focus of one decoder step (cross_attention.py; step_parts.h has the equations).
+MixPass mixed_forward(const Tensor& scores, const Tensor& padding_mask, const Tensor& location,
+                      const Tensor& mix_logit, double temperature, const Tensor& positions) {
+  MixPass pass;
+  pass.content = scores.masked_fill(padding_mask, -std::numeric_limits<double>::infinity()).softmax(-1);
+  pass.mix = at::sigmoid(at::mul(mix_logit, temperature));
+  pass.weights = at::add(location, at::mul(pass.mix, at::sub(pass.content, location)));
+  pass.position = at::mul(pass.weights, positions).sum(-1);
+  pass.location = location.contiguous();
+  pass.mix = pass.mix.contiguous();
+  return pass;
+}
+
+void mixed_backward(const MixPass& pass, const Tensor& positions, double temperature, const Tensor& grad_weights,
+                    const Tensor& grad_position, Tensor& grad_scores, Tensor& grad_location, Tensor& grad_mix) {
+  const Tensor &content = pass.content, &location = pass.location, &mix = pass.mix;
+  const int64_t B = content.size(0), S = content.size(1), mix_stride = grad_mix.stride(0);
+  TORCH_CHECK(grad_weights.is_contiguous() && grad_scores.is_contiguous() && grad_location.is_contiguous(),
+              "mixed_backward: the gradients must be contiguous");
+  AT_DISPATCH_FLOATING_TYPES(content.scalar_type(), "mixed_focus_backward", [&] {
+    using T = scalar_t;
+    const T* g_positions = numbers_or_null<T>(grad_position);
+    std::vector<T> grad_content(S);
+    for (int64_t i = 0; i < B; ++i) {
+      const T *c = content.data_ptr<T>() + i * S, *l = location.data_ptr<T>() + i * S;
+      const T *p = positions.data_ptr<T>() + i * S, *g = grad_weights.data_ptr<T>() + i * S;
+      const T m = mix.data_ptr<T>()[i], g_position = g_positions ? g_positions[i] : T(0);
+      T* g_l = grad_location.data_ptr<T>() + i * S;
+      T g_m = 0, expected = 0;  // dL/dm, <content, dL/dcontent>
+      for (int64_t j = 0; j < S; ++j) {
+        const T g_w = g[j] + g_position * p[j];  // position = <weights, positions>
+        g_m += g_w * (c[j] - l[j]);
+        grad_content[j] = g_w * m;
+        g_l[j] = g_w - grad_content[j];
+        expected += c[j] * grad_content[j];
+      }
+      T* g_s = grad_scores.data_ptr<T>() + i * S;
+      for (int64_t j = 0; j < S; ++j) g_s[j] = c[j] * (grad_content[j] - expected);  // through the softmax
+      grad_mix.data_ptr<T>()[i * mix_stride] = g_m * static_cast<T>(temperature) * m * (1 - m);
+    }
+  });
+}
+
+void softmax_backward(const Tensor& weights, const Tensor& grad, Tensor& grad_scores) {
+  const int64_t B = weights.size(0), S = weights.size(1);
+  AT_DISPATCH_FLOATING_TYPES(weights.scalar_type(), "softmax_backward", [&] {
+    using T = scalar_t;
+    for (int64_t i = 0; i < B; ++i) {
+      const T *w = weights.data_ptr<T>() + i * S, *g = grad.data_ptr<T>() + i * S;
+      T* g_s = grad_scores.data_ptr<T>() + i * S;
+      T expected = 0;  // <w, g>
+      for (int64_t j = 0; j < S; ++j) expected += w[j] * g[j];
+      for (int64_t j = 0; j < S; ++j) g_s[j] = w[j] * (g[j] - expected);
+    }
+  });
+}
+
+namespace {
+
+// The mixed focus of one decoder step, as one autograd node.
 struct MixedFocus : public torch::autograd::Function<MixedFocus> {
   static variable_list forward(AutogradContext* ctx, const Tensor& scores, const Tensor& padding_mask,
                                const Tensor& location, const Tensor& mix_logit, double temperature,
@@ -452,48 +568,26 @@ struct MixedFocus : public torch::autograd::Function<MixedFocus> {
     const int64_t B = positions.size(0);
     TORCH_CHECK(mix_logit.dim() == 2 && mix_logit.size(0) == B && mix_logit.size(1) == 1,
                 "mixed_focus: mix_logit must be (", B, ", 1), one a row");
-    const Tensor content = scores.masked_fill(padding_mask, -std::numeric_limits<double>::infinity()).softmax(-1);
-    const Tensor mix = at::sigmoid(at::mul(mix_logit, temperature));
-    const Tensor weights = at::add(location, at::mul(mix, at::sub(content, location)));
-    const Tensor position = at::mul(weights, positions).sum(-1);
-    ctx->save_for_backward({content, location.contiguous(), mix.contiguous(), positions.contiguous()});
+    const MixPass pass = mixed_forward(scores, padding_mask, location, mix_logit, temperature, positions);
+    ctx->save_for_backward({pass.content, pass.location, pass.mix, positions.contiguous()});
     ctx->saved_data["temperature"] = temperature;
-    return {weights, position};
+    return {pass.weights, pass.position};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     check_no_double_backward("mixed_focus");
     const auto saved = ctx->get_saved_variables();
-    const Tensor &content = saved[0], &location = saved[1], &mix = saved[2], &positions = saved[3];
-    const double temperature = ctx->saved_data["temperature"].toDouble();
-    const int64_t B = content.size(0), S = content.size(1);
-    const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(content);
-    const Tensor grad_position = used_gradient(grads[1]);
-    Tensor grad_scores = at::empty({B, S}, content.options());
-    Tensor grad_location = at::empty({B, S}, content.options());
-    Tensor grad_mix = at::empty({B, 1}, content.options());
-    AT_DISPATCH_FLOATING_TYPES(content.scalar_type(), "mixed_focus_backward", [&] {
-      using T = scalar_t;
-      const T* g_positions = numbers_or_null<T>(grad_position);
-      std::vector<T> grad_content(S);
-      for (int64_t i = 0; i < B; ++i) {
-        const T *c = content.data_ptr<T>() + i * S, *l = location.data_ptr<T>() + i * S;
-        const T *p = positions.data_ptr<T>() + i * S, *g = grad_weights.data_ptr<T>() + i * S;
-        const T m = mix.data_ptr<T>()[i], g_position = g_positions ? g_positions[i] : T(0);
-        T* g_l = grad_location.data_ptr<T>() + i * S;
-        T g_m = 0, expected = 0;  // dL/dm, <content, dL/dcontent>
-        for (int64_t j = 0; j < S; ++j) {
-          const T g_w = g[j] + g_position * p[j];  // position = <weights, positions>
-          g_m += g_w * (c[j] - l[j]);
-          grad_content[j] = g_w * m;
-          g_l[j] = g_w - grad_content[j];
-          expected += c[j] * grad_content[j];
-        }
-        T* g_s = grad_scores.data_ptr<T>() + i * S;
-        for (int64_t j = 0; j < S; ++j) g_s[j] = c[j] * (grad_content[j] - expected);  // through the softmax
-        grad_mix.data_ptr<T>()[i] = g_m * static_cast<T>(temperature) * m * (1 - m);
-      }
-    });
+    MixPass pass;
+    pass.content = saved[0];
+    pass.location = saved[1];
+    pass.mix = saved[2];
+    const int64_t B = pass.content.size(0), S = pass.content.size(1);
+    const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(pass.content);
+    Tensor grad_scores = at::empty({B, S}, pass.content.options());
+    Tensor grad_location = at::empty({B, S}, pass.content.options());
+    Tensor grad_mix = at::empty({B, 1}, pass.content.options());
+    mixed_backward(pass, saved[3], ctx->saved_data["temperature"].toDouble(), grad_weights, used_gradient(grads[1]),
+                   grad_scores, grad_location, grad_mix);
     return {grad_scores, Tensor(), grad_location, grad_mix, Tensor(), Tensor()};
   }
 };
