@@ -76,6 +76,11 @@ class Scorer(nn.Module):
         step by step; a scorer may compute them together."""
         return torch.stack([self(q, memory, first_step + t) for t, q in enumerate(queries.unbind(1))], dim=1)
 
+    def compiled_form(self) -> Optional[str]:
+        """The name of the same scorer in the C++ decoder loop (csrc/decoder_loop.cpp), which knows the
+        built-in content scorer; None: the decoder runs its steps in Python (as for steps)."""
+        return None
+
     def xavier_init(self) -> None:
         """``--scorer-init xavier``: draw the scorer's own weights as the authors' release draws every
         projection of its attention, Xavier-uniform on each weight's own shape.  This default draws

@@ -621,8 +621,8 @@ def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
     """The whole location focus of a step (step activation, reference, leaky clamp, width, softmax
     focus and the attended position) as one C++ node against the Python modules, for every built-in
     step activation and reference, with and without the clamp, at the first step and a later one:
-    the same outputs bit for bit, the same gradients (the heads, the previous position, Mono's gate)
-    to float rounding.  Rows where the focus lands exactly on START (a ReLU step of 0 from position
+    the same outputs and gradients (the heads, the previous position, Mono's gate) to float
+    rounding, no weight on padding.  Rows where the focus lands exactly on START (a ReLU step of 0 from position
     0) take the clamp's tie, where torch splits the gradient in half."""
     from fairseq_monoattn.modules import compiled
 
@@ -656,8 +656,11 @@ def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
                         runs[enabled] = outputs, torch.autograd.grad(loss, parameters, materialize_grads=True)
                     (want, want_grads), (got, got_grads) = runs[False], runs[True]
                     where = f"{step_activation}/{reference}/{clamp_slope}/step {step}"
+                    # the node's exp and softmax are the C library's, not torch's vectorised kernels
+                    close = 2e-6 if dtype == torch.float32 else 1e-14
                     for g, w in zip(got, want):
-                        assert torch.equal(g, w), where
+                        assert (g - w).abs().max() <= close * max(1.0, w.abs().max().item()), where
+                    assert got[0][mask].abs().sum() == 0
                     tolerance = 1e-5 if dtype == torch.float32 else 1e-12
                     for g, w in zip(got_grads, want_grads):
                         assert (g - w).abs().max() <= tolerance * max(1.0, w.abs().max().item()), where
@@ -669,8 +672,8 @@ def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_cpp_mix_node_is_the_python_mix(dtype):
     """The mix of the content and the location focus and the position it attends, as one C++ node,
-    against the Python operations it stands for: the same outputs bit for bit, the same gradients
-    (scores, location weights, mixing logit) to float rounding; padding gets no weight."""
+    against the Python operations it stands for: the same outputs and gradients (scores, location
+    weights, mixing logit) to float rounding; padding gets no weight."""
     from fairseq_monoattn.modules.compiled import kernels
 
     generator = torch.Generator().manual_seed(12)
@@ -693,7 +696,8 @@ def test_the_cpp_mix_node_is_the_python_mix(dtype):
         loss = (weights * upstream[0]).sum() + (position * upstream[1]).sum()
         runs.append((weights, position, torch.autograd.grad(loss, (scores, location_logits, mix_logit))))
     (want_w, want_p, want_grads), (got_w, got_p, got_grads) = runs
-    assert torch.equal(got_w, want_w) and torch.equal(got_p, want_p)
+    close = 2e-6 if dtype == torch.float32 else 1e-14  # the node's exp is the C library's, not torch's
+    assert (got_w - want_w).abs().max() <= close and (got_p - want_p).abs().max() <= close
     assert got_w[mask].abs().sum() == 0
     tolerance = 1e-5 if dtype == torch.float32 else 1e-13
     for got, want in zip(got_grads, want_grads):

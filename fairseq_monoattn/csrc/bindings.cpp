@@ -29,4 +29,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("step_size"), pybind11::arg("lengths"), pybind11::arg("padding_mask"),
         pybind11::arg("step_activation"), pybind11::arg("step_temperature"), pybind11::arg("reference"),
         pybind11::arg("step"), pybind11::arg("sigma_min"), pybind11::arg("clamp_slope"));
+  m.def("decoder_loop", &decoder_loop, "the GRU decoder's whole time loop in training, as one autograd node",
+        pybind11::arg("input_gates"), pybind11::arg("hidden0"), pybind11::arg("read_weight"), pybind11::arg("read_bias"),
+        pybind11::arg("context_weight"), pybind11::arg("values"), pybind11::arg("keys"), pybind11::arg("mono_gate"),
+        pybind11::arg("positions"), pybind11::arg("step_size"), pybind11::arg("lengths"),
+        pybind11::arg("padding_mask"), pybind11::arg("readout_sizes"), pybind11::arg("step_activation"),
+        pybind11::arg("step_temperature"), pybind11::arg("reference"), pybind11::arg("sigma_min"),
+        pybind11::arg("clamp_slope"), pybind11::arg("mix_temperature"), pybind11::arg("location_reference"));
 }

@@ -81,4 +81,20 @@ at::Tensor step_read(const at::Tensor& weights, const at::Tensor& operand,
 at::Tensor step_score(const at::Tensor& query, const at::Tensor& operand,
                       const std::shared_ptr<PendingFactors>& pending);
 
+// The GRU decoder's whole time loop in training (one layer; content scores, the location focus or
+// their mix), as one autograd node (decoder_loop.cpp): the hidden states h_1 ... h_T (B, T, H), the
+// attention weights (B, T, S) and the last attended position (B,) or undefined.
+std::vector<at::Tensor> decoder_loop(const at::Tensor& input_gates, const at::Tensor& hidden0,
+                                     const at::Tensor& read_weight, const at::Tensor& read_bias,
+                                     const at::Tensor& context_weight, const at::Tensor& values,
+                                     const std::optional<at::Tensor>& keys, const std::optional<at::Tensor>& mono_gate,
+                                     const std::optional<at::Tensor>& positions,
+                                     const std::optional<at::Tensor>& step_size,
+                                     const std::optional<at::Tensor>& lengths, const at::Tensor& padding_mask,
+                                     const std::vector<int64_t>& readout_sizes,
+                                     const std::optional<std::string>& step_activation, double step_temperature,
+                                     const std::optional<std::string>& reference, double sigma_min,
+                                     std::optional<double> clamp_slope, double mix_temperature,
+                                     bool location_reference);
+
 }  // namespace fairseq_monoattn

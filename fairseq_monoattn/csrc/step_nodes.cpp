@@ -1,11 +1,13 @@
 // The pieces of a decoder step that the plugin writes as autograd nodes of its own, in C++: the GRU
-// update, the softmax focus of the location attention, and the per-step products whose fixed
-// operand takes its gradient once after the last step (modules/step_linear.py).  Python's
-// autograd.Function does the same with about 25 microseconds more a call, forward and backward,
-// which is much of what these nodes cost on a batch of 32 rows (modules/gru.py, normalizations.py
-// and step_linear.py hold the Python versions and say which runs when).  Forward makes the Python
-// versions' operations with torch's own kernels, so its outputs are theirs bit for bit; the
-// backward passes of the GRU update and the focus are plain loops.
+// update, the softmax focus of the location attention, a step's whole location focus, the mix of
+// the content and the location focus, and the per-step products whose fixed operand takes its
+// gradient once after the last step (modules/step_linear.py).  Python's autograd.Function does the
+// same with about 25 microseconds more a call, forward and backward, which is much of what these
+// nodes cost on a batch of 32 rows (modules/gru.py, normalizations.py and step_linear.py hold the
+// Python versions and say which runs when).  Forward makes the Python versions' operations with
+// torch's own kernels, so its outputs are theirs bit for bit, except the location focus (see
+// there); the backward passes are plain loops.  The step parts are plain functions (step_parts.h),
+// which decoder_loop.cpp also runs.
 
 #include "kernels.h"
 #include "step_parts.h"
@@ -266,9 +268,10 @@ inline T share_of_max(T a, T b) {
 }  // namespace
 
 // The location focus of one decoder step from its heads (location.py, with the step activations of
-// steps.py and the references of references.py; step_parts.h has the equations).  Forward makes the
-// Python code's operations with torch's kernels (its outputs are the Python code's bit for bit);
-// backward is one loop over the rows.
+// steps.py and the references of references.py; step_parts.h has the equations), forward and
+// backward each one loop over the rows.  Forward computes the Python code's function in its order
+// of operations with the C library's exp (the Python code's outputs to float rounding: torch's
+// vectorised exp and softmax round differently in the last bits).
 StepKind step_kind_of(const std::string& name) {
   if (name == "sigmoid") return StepKind::sigmoid;
   if (name == "mono") return StepKind::mono;
@@ -287,58 +290,99 @@ ReferenceKind reference_kind_of(const std::string& name) {
 
 int64_t reference_heads(ReferenceKind kind) { return kind == ReferenceKind::gated ? 2 : kind == ReferenceKind::initial_bias ? 1 : 0; }
 
-LocationPass location_forward(const Tensor& heads_in, const Tensor& previous, const Tensor& mono_gate,
+LocationPass location_forward(const Tensor& heads_in, const Tensor& previous_in, const Tensor& mono_gate,
                               const FocusMemory& memory, const LocationSettings& settings, int64_t step) {
-  const Tensor heads = heads_in.contiguous();
-  const Tensor rho = heads.select(1, 0), width = heads.select(1, 1);
-  const double temperature = settings.step_temperature;
-  Tensor steps;
-  switch (settings.step_kind) {  // the operations of steps.py, in its order
-    case StepKind::sigmoid:
-      steps = at::sigmoid(at::mul(rho, temperature));
-      break;
-    case StepKind::mono: {
-      const Tensor bounded = at::sigmoid(at::mul(rho, temperature));
-      steps = at::add(bounded, at::mul(at::sigmoid(mono_gate), at::sub(at::relu(rho), bounded)));
-      break;
-    }
-    case StepKind::relu:
-      steps = at::relu(rho);
-      break;
-    case StepKind::softstair: {
-      const Tensor floor = at::floor(rho);
-      steps = at::add(floor, at::sigmoid(at::mul(at::sub(at::sub(rho, floor), 0.5), temperature)));
-      break;
-    }
-    case StepKind::none:
-      steps = rho.clone();
-      break;
-  }
-  Tensor origin;  // the reference position (references.py)
-  if (settings.reference == ReferenceKind::gated)
-    origin = at::add(at::mul(at::sigmoid(heads.select(1, 3)), previous), at::sigmoid(heads.select(1, 2)));
-  else if (settings.reference == ReferenceKind::initial_bias && step == 1)
-    origin = at::sigmoid(heads.select(1, 2));
-  else
-    origin = previous;
-  const Tensor unclamped = at::add(origin, at::mul(steps, memory.step_size));
-  Tensor mu = unclamped;
-  if (settings.clamp_slope >= 0) {  // max(m mu, min(1 + m mu, mu))
-    const Tensor leak = at::mul(unclamped, settings.clamp_slope);
-    mu = at::maximum(leak, at::minimum(at::add(leak, 1), unclamped));
-  }
-  const Tensor sigma = at::div(at::add(at::relu(width), settings.sigma_min), memory.lengths);
+  // one loop over the rows, reading the heads in place (a view of wider rows is fine)
+  const Tensor heads = rows_of(heads_in), previous = previous_in.contiguous();
+  const Tensor &positions = memory.positions, &padding_mask = memory.padding_mask;
+  const int64_t B = positions.size(0), S = positions.size(1), heads_stride = heads.stride(0);
+  const auto options = positions.options();
   LocationPass pass;
-  std::tie(pass.weights, pass.z) = gaussian_focus(memory.positions, mu.contiguous(), sigma, memory.padding_mask);
-  pass.position = at::mul(pass.weights, memory.positions).sum(-1);
+  pass.weights = at::empty({B, S}, options);
+  pass.z = at::empty({B, S}, options);
+  pass.mu = at::empty({B}, options);
+  pass.steps = at::empty({B}, options);
+  pass.position = at::empty({B}, options);
+  pass.sigma = at::empty({B}, options);
+  pass.unclamped = at::empty({B}, options);
+  const StepKind step_kind = settings.step_kind;
+  const ReferenceKind reference = settings.reference;
+  const bool first_step = step == 1;
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "location_focus", [&] {
+    using T = scalar_t;
+    const T temperature = static_cast<T>(settings.step_temperature), slope = static_cast<T>(settings.clamp_slope);
+    const T sigma_min = static_cast<T>(settings.sigma_min);
+    const T gate = step_kind == StepKind::mono ? scalar_sigmoid(mono_gate.item<T>()) : T(0);
+    const T minus_infinity = -std::numeric_limits<T>::infinity();
+    for (int64_t i = 0; i < B; ++i) {
+      const T* h = heads.data_ptr<T>() + i * heads_stride;
+      const T rho = h[0];
+      T steps = rho;  // the step activations of steps.py
+      switch (step_kind) {
+        case StepKind::sigmoid:
+          steps = scalar_sigmoid(temperature * rho);
+          break;
+        case StepKind::mono: {  // b + g (ReLU(rho) - b)
+          const T bounded = scalar_sigmoid(temperature * rho);
+          steps = bounded + gate * ((rho > 0 ? rho : T(0)) - bounded);
+          break;
+        }
+        case StepKind::relu:
+          steps = rho > 0 ? rho : T(0);
+          break;
+        case StepKind::softstair: {
+          const T floor = std::floor(rho);
+          steps = floor + scalar_sigmoid((rho - floor - T(0.5)) * temperature);
+          break;
+        }
+        case StepKind::none:
+          break;
+      }
+      const T before = previous.data_ptr<T>()[i];
+      T origin = before;  // the references of references.py
+      if (reference == ReferenceKind::gated)
+        origin = scalar_sigmoid(h[3]) * before + scalar_sigmoid(h[2]);
+      else if (reference == ReferenceKind::initial_bias && first_step)
+        origin = scalar_sigmoid(h[2]);
+      const T unclamped = origin + steps * memory.step_size.data_ptr<T>()[i];
+      T mu = unclamped;
+      if (settings.clamp_slope >= 0) {  // max(m mu, min(1 + m mu, mu))
+        const T leak = unclamped * slope;
+        mu = std::max(leak, std::min(leak + 1, unclamped));
+      }
+      const T sigma = ((h[1] > 0 ? h[1] : T(0)) + sigma_min) / memory.lengths.data_ptr<T>()[i];
+      // lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma
+      const T* p = positions.data_ptr<T>() + i * S;
+      const bool* pad = padding_mask.data_ptr<bool>() + i * S;
+      T* z = pass.z.data_ptr<T>() + i * S;
+      T* w = pass.weights.data_ptr<T>() + i * S;
+      T largest = minus_infinity;
+      for (int64_t j = 0; j < S; ++j) {
+        z[j] = (p[j] - mu) / sigma;
+        w[j] = pad[j] ? minus_infinity : T(-0.5) * z[j] * z[j];
+        largest = std::max(largest, w[j]);
+      }
+      T total = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        w[j] = std::exp(w[j] - largest);
+        total += w[j];
+      }
+      T position = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        w[j] /= total;
+        position += w[j] * p[j];
+      }
+      pass.steps.data_ptr<T>()[i] = steps;
+      pass.unclamped.data_ptr<T>()[i] = unclamped;
+      pass.mu.data_ptr<T>()[i] = mu;
+      pass.sigma.data_ptr<T>()[i] = sigma;
+      pass.position.data_ptr<T>()[i] = position;
+    }
+  });
   pass.heads = heads;
-  pass.previous = previous.contiguous();
+  pass.previous = previous;
   pass.mono_gate = mono_gate;
-  pass.mu = mu;
-  pass.steps = steps;
-  pass.sigma = sigma;
-  pass.unclamped = unclamped;
-  pass.first_step = step == 1;
+  pass.first_step = first_step;
   return pass;
 }
 
@@ -349,7 +393,7 @@ double location_backward(const LocationPass& pass, const FocusMemory& memory, co
   const Tensor &positions = memory.positions, &step_size = memory.step_size, &lengths = memory.lengths;
   const StepKind step_kind = settings.step_kind;
   const ReferenceKind reference = settings.reference;
-  const int64_t B = weights.size(0), S = weights.size(1), num_heads = heads.size(1);
+  const int64_t B = weights.size(0), S = weights.size(1), heads_stride_in = heads.stride(0);
   const int64_t heads_stride = grad_heads.stride(0);
   TORCH_CHECK(grad_heads.stride(1) == 1 && grad_previous.is_contiguous() && grad_weights.is_contiguous(),
               "location_backward: the gradients' rows must be contiguous");
@@ -363,7 +407,7 @@ double location_backward(const LocationPass& pass, const FocusMemory& memory, co
     const T* g_positions = numbers_or_null<T>(grad_position);
     const T *g_mus = numbers_or_null<T>(grad_mu_out), *g_steps_out = numbers_or_null<T>(grad_steps_out);
     for (int64_t i = 0; i < B; ++i) {
-      const T* h = heads.data_ptr<T>() + i * num_heads;
+      const T* h = heads.data_ptr<T>() + i * heads_stride_in;
       const T* p = positions.data_ptr<T>() + i * S;
       const T* g = grad_weights.data_ptr<T>() + i * S;
       const T g_position = (g_positions ? g_positions[i] : T(0));
@@ -495,16 +539,49 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
 
 }  // namespace
 
-// The mixed focus of one decoder step (cross_attention.py; step_parts.h has the equations).
-MixPass mixed_forward(const Tensor& scores, const Tensor& padding_mask, const Tensor& location,
-                      const Tensor& mix_logit, double temperature, const Tensor& positions) {
+// The mixed focus of one decoder step (cross_attention.py; step_parts.h has the equations), forward
+// and backward each one loop over the rows (the Python code's outputs to float rounding, as the
+// location focus).
+MixPass mixed_forward(const Tensor& scores_in, const Tensor& padding_mask_in, const Tensor& location_in,
+                      const Tensor& mix_logit_in, double temperature, const Tensor& positions_in) {
+  // one loop over the rows, with the C library's exp (as the location focus)
+  const Tensor scores = rows_of(scores_in), location = location_in.contiguous(), mix_logit = rows_of(mix_logit_in);
+  const Tensor positions = positions_in.contiguous(), padding_mask = padding_mask_in.contiguous();
+  const int64_t B = positions.size(0), S = positions.size(1);
+  const int64_t scores_stride = scores.stride(0), mix_stride = mix_logit.stride(0);
+  const auto options = positions.options();
   MixPass pass;
-  pass.content = scores.masked_fill(padding_mask, -std::numeric_limits<double>::infinity()).softmax(-1);
-  pass.mix = at::sigmoid(at::mul(mix_logit, temperature));
-  pass.weights = at::add(location, at::mul(pass.mix, at::sub(pass.content, location)));
-  pass.position = at::mul(pass.weights, positions).sum(-1);
-  pass.location = location.contiguous();
-  pass.mix = pass.mix.contiguous();
+  pass.content = at::empty({B, S}, options);
+  pass.mix = at::empty({B, 1}, options);
+  pass.weights = at::empty({B, S}, options);
+  pass.position = at::empty({B}, options);
+  pass.location = location;
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "mixed_focus", [&] {
+    using T = scalar_t;
+    const T beta = static_cast<T>(temperature), minus_infinity = -std::numeric_limits<T>::infinity();
+    for (int64_t i = 0; i < B; ++i) {
+      const T* s = scores.data_ptr<T>() + i * scores_stride;
+      const T *l = location.data_ptr<T>() + i * S, *p = positions.data_ptr<T>() + i * S;
+      const bool* pad = padding_mask.data_ptr<bool>() + i * S;
+      T *c = pass.content.data_ptr<T>() + i * S, *w = pass.weights.data_ptr<T>() + i * S;
+      const T m = scalar_sigmoid(beta * mix_logit.data_ptr<T>()[i * mix_stride]);
+      T largest = minus_infinity;  // content = softmax(scores) over the real positions
+      for (int64_t j = 0; j < S; ++j) largest = pad[j] ? largest : std::max(largest, s[j]);
+      T total = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        c[j] = pad[j] ? T(0) : std::exp(s[j] - largest);
+        total += c[j];
+      }
+      T position = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        c[j] /= total;
+        w[j] = l[j] + m * (c[j] - l[j]);  // = m content + (1 - m) location
+        position += w[j] * p[j];
+      }
+      pass.mix.data_ptr<T>()[i] = m;
+      pass.position.data_ptr<T>()[i] = position;
+    }
+  });
   return pass;
 }
 

@@ -29,6 +29,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..modules import compiled
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
 from ..modules.direction_gate import DirectionGate
@@ -420,8 +421,35 @@ class GRUDecoder(FairseqIncrementalDecoder):
         embed_dim = embedded.size(-1)
         # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
         # at once (it does not depend on the recurrence), the context's part step by step
-        input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih).unbind(1)
+        input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih)  # (B, T, 3H)
         read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state, fold_value_output)
+        steps = None
+        if incremental_state is None and torch.is_grad_enabled() and read_weight.requires_grad:
+            steps = self.compiled_steps(input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory)
+        if steps is None:
+            steps = self.steps(input_gates, hidden, location, read_weight, read_bias, sizes, context_weight, memory,
+                               first_step, incremental_state)  # fmt: skip
+        outputs, attention, hidden, location, memory = steps
+        if incremental_state is not None:
+            new_state = {"hidden": torch.stack(hidden)}
+            if location is not None:
+                new_state["location"] = location
+            self.set_incremental_state(incremental_state, "memory", memory)
+            self.set_incremental_state(incremental_state, "state", new_state)
+        features = self.dropout_out(outputs)
+        attn = None
+        if self.need_attn and not self.training:
+            attn = source_layout_attention(attention, encoder_out)
+        return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
+
+    def steps(self, input_gates, hidden, location, read_weight, read_bias, sizes, context_weight, memory, first_step,
+              incremental_state):  # fmt: skip
+        """The decoder's steps, one after the other: from the embedding's share of the first layer's
+        input gates (B, T, 3H), the hidden states [h_0 of each layer], the location state, the weights
+        of ``step_maps`` and the attention's memory, (outputs h_1..h_T of the last layer (B, T, H),
+        attention (B, T, S), the hidden states and the location state after the last step, the memory
+        to keep for the next call)."""
+        cell = self.cells[0]
         merged = self.num_layers == 1
         step_memory = memory
         if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
@@ -434,7 +462,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
             read_map = lambda h: F.linear(h, read_weight, read_bias)  # noqa: E731
             context_map = lambda c, gates: torch.addmm(gates, c, context_weight.t())  # noqa: E731
         outputs, weights = [], []
-        for j, gates in enumerate(input_gates):
+        for j, gates in enumerate(input_gates.unbind(1)):
             read = read_map(hidden[-1])
             if merged:  # one split of the one product: the attention's parts and the hidden gates
                 *parts, hidden_gates = read.split(sizes + [cell.weight_hh.size(0)], dim=-1)
@@ -446,18 +474,31 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])
             outputs.append(hidden[-1])
             weights.append(step_weights)
-        if incremental_state is not None:
-            new_state = {"hidden": torch.stack(hidden)}
-            if location is not None:
-                new_state["location"] = location
-            self.set_incremental_state(incremental_state, "memory", memory)
-            self.set_incremental_state(incremental_state, "state", new_state)
-        features = self.dropout_out(torch.stack(outputs, dim=1))
-        attention = torch.stack(weights, dim=1)
-        attn = None
-        if self.need_attn and not self.training:
-            attn = source_layout_attention(attention, encoder_out)
-        return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
+        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1), hidden, location, memory
+
+    def compiled_steps(self, input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory):
+        """``steps`` of a training pass (from the first step, one layer) as one C++ autograd node
+        for the whole time loop (csrc/decoder_loop.cpp; the same function: h_t and the attention
+        bit for bit, the gradients to float rounding), or None where it does not apply: no C++
+        kernels, another device or precision, more layers, or an attention entry without a C++
+        form (``CrossAttention.loop_form``)."""
+        form = self.attention.loop_form() if self.num_layers == 1 else None
+        if form is None:
+            return None
+        location_memory = [memory[name] for name in ("positions", "step_size", "lengths") if name in memory]
+        operands = [memory["values"]] + ([memory["keys"]] if "keys" in memory else []) + location_memory
+        gate = [form["mono_gate"]] if form["mono_gate"] is not None else []
+        if not compiled.applies(input_gates, hidden[0], read_weight, read_bias, context_weight, *operands, *gate):
+            return None
+        location = self.attention.location is not None
+        outputs, attention, position = compiled.kernels.decoder_loop(
+            input_gates, hidden[0], read_weight, read_bias, context_weight, memory["values"], memory.get("keys"),
+            form["mono_gate"], memory.get("positions") if location else None, memory.get("step_size"),
+            memory.get("lengths"), memory["padding_mask"], sizes, form["step_activation"], form["step_temperature"],
+            form["reference"], form["sigma_min"], form["clamp_slope"], form["mix_temperature"],
+            form["location_reference"],
+        )  # fmt: skip
+        return outputs, attention, [outputs[:, -1]], (None if position is None else {"position": position}), memory
 
     def step_maps(self, incremental_state, fold_value_output: bool):
         """The weights of a step's two products: (weight, bias, sizes) of what it reads off h_{t-1}

@@ -14,6 +14,9 @@ stands in for, with fewer operator calls and no Python in its backward pass:
                                                one node (cross_attention.py)
     step_product, step_read, step_score        the per-step products (step_linear.py), with
     PendingFactors                             the factors their backward passes file
+    decoder_loop                               the GRU decoder's whole time loop in training,
+                                               one node (models/gru_seq2seq.py; the built-in
+                                               content scorer and location entries, one layer)
 
 They run on CPU tensors of float32 or float64 outside autocast; other devices and precisions run
 the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Forward outputs are the

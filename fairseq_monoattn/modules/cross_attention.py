@@ -33,13 +33,13 @@ release.  The content scorer's own weights (the relative scorer's W_r) follow ``
 """
 
 import math
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import Scorer
+from ..registry import Scorer, compiled_form
 from . import compiled
 from .choices import check_choice
 from .direction_gate import DirectionGate
@@ -269,6 +269,24 @@ class CrossAttention(nn.Module):
             if layer.bias is not None:
                 bias = layer.bias if bias is None else bias + layer.bias
         return weight if bias is None else torch.cat([weight, bias.unsqueeze(1)], dim=1)
+
+    def loop_form(self) -> Optional[Dict[str, Any]]:
+        """The options of the C++ decoder loop (csrc/decoder_loop.cpp) that compute this attention,
+        or None where an entry has no C++ form: a scorer other than the built-in content scorer, or
+        a location focus the C++ location node does not know (``LocationAttention.compiled_form``)."""
+        if self.scorer is not None and compiled_form(self.scorer) != "content":
+            return None
+        form = dict(mono_gate=None, step_activation=None, step_temperature=0.0, reference=None, sigma_min=0.0,
+                    clamp_slope=None, mix_temperature=self.mix_temperature,
+                    location_reference=self.position_reference == "location")  # fmt: skip
+        if self.location is not None:
+            location = self.location.compiled_form()
+            if location is None:
+                return None
+            (step, temperature, gate), reference = location
+            form.update(mono_gate=gate, step_activation=step, step_temperature=temperature, reference=reference,
+                        sigma_min=self.location.sigma_min, clamp_slope=self.location.clamp_slope)  # fmt: skip
+        return form
 
     def step_readout(self) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
         """(weight, bias, sizes) of the one linear map a step reads off h_{t-1}: rows [query |

@@ -36,6 +36,9 @@ class ContentScores(Scorer):
     def forward_all(self, queries: torch.Tensor, memory: Memory, first_step: int) -> torch.Tensor:
         return torch.bmm(queries, memory["keys"].transpose(1, 2))
 
+    def compiled_form(self):
+        return "content"
+
 
 @register_scorer("relative")
 class RelativeScores(Scorer):

@@ -1,0 +1,161 @@
+"""The GRU decoder's time loop as one C++ autograd node (csrc/decoder_loop.cpp) against the decoder's
+steps one by one: the same hidden states and attention bit for bit, the same gradients to float
+rounding, for every preset it computes, and the decoder steps aside from it where it cannot."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from model_helpers import batch, build, digit_dictionary, random_digits
+
+from fairseq_monoattn.models.gru_seq2seq import GRUDecoder
+from fairseq_monoattn.models.presets import PRESETS
+from fairseq_monoattn.modules import compiled
+from fairseq_monoattn.modules.steps import SigmoidStep, SigmoidStepSettings
+
+pytestmark = pytest.mark.skipif(compiled.kernels is None, reason="the C++ kernels are not built")
+
+# the presets whose attention the loop computes: the content scorer, the location focus, their mix
+LOOPED = [name for name in PRESETS if PRESETS[name].get("attention_scoring") in ("content", "none")]
+
+
+def graph_names(tensor):
+    """The names of every autograd node behind ``tensor``."""
+    names, stack, seen = set(), [tensor.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(node.name())
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+def samples(dictionary):
+    """Two teacher-forced batches: Copy-like (5-10 digits, the values' output map applied at the
+    source positions) and long mixed-length sources (the map folded into the input gates)."""
+    generator = torch.Generator().manual_seed(3)
+    short = random_digits(generator, 6, 5, 10)
+    long = random_digits(generator, 12, 5, 45)
+    return [batch(dictionary, short, short), batch(dictionary, long, [s[:12] for s in long])]
+
+
+def pass_with_gradients(model, sample, dictionary):
+    """Logits, attention, loss graph names and every parameter's gradient of one teacher-forced pass."""
+    model.zero_grad()
+    logits, extra = model(**sample["net_input"])
+    log_probs = F.log_softmax(logits, dim=-1)
+    loss = F.nll_loss(log_probs.flatten(0, 1), sample["target"].flatten(), ignore_index=dictionary.pad())
+    names = graph_names(loss)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), extra["attention"].detach(), names, grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("arch", LOOPED)
+def test_the_loop_node_is_the_decoders_steps(arch, dtype, monkeypatch):
+    """Eval mode (no dropout) with gradients on, as a training pass without dropout: the loop's logits
+    and attention are the per-step nodes' bit for bit, and every gradient (the readout, the GRU, the
+    values and keys, Mono's gate, the location heads' two maps) agrees with the per-step C++ nodes'
+    and the Python code's to float rounding."""
+    dictionary = digit_dictionary()
+    model = build(arch, dictionary).to(dtype).eval()
+    for sample in samples(dictionary):
+        runs = {}
+        for way in ("loop", "steps", "python"):
+            with monkeypatch.context() as patch:
+                if way != "loop":
+                    patch.setattr(GRUDecoder, "compiled_steps", lambda *args, **kwargs: None)
+                patch.setattr(compiled, "ENABLED", way != "python")
+                runs[way] = pass_with_gradients(model, sample, dictionary)
+        loop, steps, python = runs["loop"], runs["steps"], runs["python"]
+        assert "DecoderLoopBackward" in loop[2] and "DecoderLoopBackward" not in steps[2]
+        assert torch.equal(loop[0], steps[0]) and torch.equal(loop[1], steps[1])
+        assert set(loop[3]) == set(steps[3]) == set(python[3])
+        tolerance = 2e-5 if dtype == torch.float32 else 1e-12
+        for other in (steps, python):
+            assert torch.allclose(loop[0], other[0], rtol=0, atol=tolerance * 10)
+            for name, want in other[3].items():
+                scale = max(1.0, want.abs().max().item())
+                assert (loop[3][name] - want).abs().max() <= tolerance * scale, (name, other is python)
+
+
+class ShiftedSigmoid(SigmoidStep):
+    """A user's step: the sigmoid moved by 0.1 (a subclass of a built-in, so no C++ form)."""
+
+    def forward(self, rho):
+        return super().forward(rho) + 0.1
+
+
+@pytest.mark.parametrize(
+    "arch,overrides",
+    [
+        ("gru_relative", {}),  # the relative scorer has no C++ form
+        ("gru_onestep", {"decoder_layers": 2}),
+        ("gru_onestep", {"dwell_count": True}),
+        ("gru_onestep", {"location_normalization": "sum"}),
+        ("gru_onestep", {"user_step": True}),
+    ],
+)
+def test_the_decoder_steps_aside_from_the_loop_where_it_cannot_compute_the_model(arch, overrides):
+    dictionary = digit_dictionary()
+    user_step = overrides.pop("user_step", False)
+    model = build(arch, dictionary, **overrides).eval()
+    if user_step:
+        model.decoder.attention.location.step = ShiftedSigmoid(SigmoidStepSettings())
+    sample = samples(dictionary)[0]
+    assert "DecoderLoopBackward" not in pass_with_gradients(model, sample, dictionary)[2]
+
+
+def test_the_loop_runs_in_training_only():
+    """Decoding (incremental state) and passes without gradients take the decoder's steps."""
+    dictionary = digit_dictionary()
+    model = build("gru_monoattn", dictionary).eval()
+    sample = samples(dictionary)[0]
+    assert "DecoderLoopBackward" in pass_with_gradients(model, sample, dictionary)[2]
+    with torch.no_grad():
+        logits, _ = model(**sample["net_input"])
+    assert logits.grad_fn is None
+    with torch.no_grad():
+        full = model(**sample["net_input"])[0]
+    looped = model(**sample["net_input"])[0]
+    assert torch.allclose(looped, full, rtol=0, atol=1e-5)
+
+
+def test_a_second_backward_pass_needs_retain_graph():
+    dictionary = digit_dictionary()
+    model = build("gru_mix_monoattn", dictionary).double().eval()
+    sample = samples(dictionary)[1]
+    logits, _ = model(**sample["net_input"])
+    loss = logits.logsumexp(-1).sum()
+    first = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True, allow_unused=True)
+    second = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    for a, b in zip(first, second):
+        assert (a is None and b is None) or torch.equal(a, b)
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        loss.backward()
+
+
+def test_the_loop_refuses_inputs_that_do_not_fit_together():
+    B, T, H, S, D = 2, 3, 4, 5, 6
+    args = dict(
+        input_gates=torch.zeros(B, T, 3 * H), hidden0=torch.zeros(B, H), read_weight=torch.zeros(D + 3 * H, H),
+        read_bias=torch.zeros(D + 3 * H), context_weight=torch.zeros(3 * H, D), values=torch.zeros(B, S, D),
+        keys=torch.zeros(B, S, D), mono_gate=None, positions=None, step_size=None, lengths=None,
+        padding_mask=torch.zeros(B, S, dtype=torch.bool), readout_sizes=[D, 0, 0], step_activation=None,
+        step_temperature=0.0, reference=None, sigma_min=0.27, clamp_slope=None, mix_temperature=1.0,
+        location_reference=False,
+    )  # fmt: skip
+    outputs, weights, position = compiled.kernels.decoder_loop(**args)
+    assert outputs.shape == (B, T, H) and weights.shape == (B, T, S) and position is None
+    assert torch.allclose(weights, torch.full((B, T, S), 1 / S))  # equal scores: a uniform softmax
+    for change, message in [
+        (dict(read_bias=torch.zeros(D + 3 * H + 1)), "inconsistent sizes"),
+        (dict(values=torch.zeros(B, S, D, dtype=torch.float64)), "values must be a CPU tensor of Float"),
+        (dict(keys=None), "do not fit the keys"),
+        (dict(padding_mask=torch.zeros(B, S)), "padding_mask must be a bool"),
+        (dict(readout_sizes=[D, 0]), "readout_sizes"),
+    ]:
+        with pytest.raises(RuntimeError, match=message):
+            compiled.kernels.decoder_loop(**{**args, **change})
