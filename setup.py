@@ -33,9 +33,9 @@ def compile_in_parallel(
 
 def compiled_kernels():
     """The C++ kernels (fairseq_monoattn/csrc: the encoder's GRU loop, the decoder step's GRU update,
-    location focus and mix), built where torch can be imported at build time (``pip install
-    --no-build-isolation``) and a C++ compiler works; else the package installs without them and
-    runs the Python code (the same function, slower)."""
+    location focus and mix, the decoder's whole training loop), built where torch can be imported
+    at build time (``pip install --no-build-isolation``) and a C++ compiler works; else the package
+    installs without them and runs the Python code (the same function, slower)."""
     try:
         from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:

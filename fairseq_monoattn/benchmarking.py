@@ -514,8 +514,8 @@ def training_update(model, dictionary, optimizer):
 
 
 def compiled_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10) -> dict:
-    """Training updates of ``arch`` with the C++ kernels (the encoder's GRU loop, the decoder
-    step's GRU update and focus) against the Python code, in one process: ``rounds`` rounds of
+    """Training updates of ``arch`` with the C++ kernels (the encoder's GRU loop, the decoder's
+    training loop or its step nodes) against the Python code, in one process: ``rounds`` rounds of
     ``updates`` updates with each, alternating which goes first, on the same batches ("copy": 5-10
     digits; "inv_recopy": sources of 5-50 digits).  Returns each one's median milliseconds an
     update and the median of the rounds' ratios."""

@@ -477,9 +477,10 @@ class GRUDecoder(FairseqIncrementalDecoder):
         return torch.stack(outputs, dim=1), torch.stack(weights, dim=1), hidden, location, memory
 
     def compiled_steps(self, input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory):
-        """``steps`` of a training pass (from the first step, one layer) as one C++ autograd node
-        for the whole time loop (csrc/decoder_loop.cpp; the same function: h_t and the attention
-        bit for bit, the gradients to float rounding), or None where it does not apply: no C++
+        """``steps`` of a training pass (from the first step, pa_0 = 0; one layer) as one C++ autograd
+        node for the whole time loop (csrc/decoder_loop.cpp; the same function as ``steps`` with the
+        C++ step nodes: h_t and the attention bit for bit, the gradients to float rounding), or None
+        where it does not apply: no C++
         kernels, another device or precision, more layers, or an attention entry without a C++
         form (``CrossAttention.loop_form``)."""
         form = self.attention.loop_form() if self.num_layers == 1 else None
@@ -490,10 +491,9 @@ class GRUDecoder(FairseqIncrementalDecoder):
         gate = [form["mono_gate"]] if form["mono_gate"] is not None else []
         if not compiled.applies(input_gates, hidden[0], read_weight, read_bias, context_weight, *operands, *gate):
             return None
-        location = self.attention.location is not None
         outputs, attention, position = compiled.kernels.decoder_loop(
             input_gates, hidden[0], read_weight, read_bias, context_weight, memory["values"], memory.get("keys"),
-            form["mono_gate"], memory.get("positions") if location else None, memory.get("step_size"),
+            form["mono_gate"], memory.get("positions"), memory.get("step_size"),
             memory.get("lengths"), memory["padding_mask"], sizes, form["step_activation"], form["step_temperature"],
             form["reference"], form["sigma_min"], form["clamp_slope"], form["mix_temperature"],
             form["location_reference"],
