@@ -259,6 +259,20 @@ inline T scalar_sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
+// One row of S numbers: out = softmax(logits) over the positions not masked, 0 on the masked ones
+// (out may be logits itself).
+template <typename T>
+void masked_softmax_row(const T* logits, const bool* pad, int64_t S, T* out) {
+  T largest = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < S; ++j) largest = pad[j] ? largest : std::max(largest, logits[j]);
+  T total = 0;
+  for (int64_t j = 0; j < S; ++j) {
+    out[j] = pad[j] ? T(0) : std::exp(logits[j] - largest);
+    total += out[j];
+  }
+  for (int64_t j = 0; j < S; ++j) out[j] /= total;
+}
+
 // torch's gradient of maximum(a, b) to a (minimum: swap the comparison): all of it where a wins, half on a tie
 template <typename T>
 inline T share_of_max(T a, T b) {
@@ -313,7 +327,6 @@ LocationPass location_forward(const Tensor& heads_in, const Tensor& previous_in,
     const T temperature = static_cast<T>(settings.step_temperature), slope = static_cast<T>(settings.clamp_slope);
     const T sigma_min = static_cast<T>(settings.sigma_min);
     const T gate = step_kind == StepKind::mono ? scalar_sigmoid(mono_gate.item<T>()) : T(0);
-    const T minus_infinity = -std::numeric_limits<T>::infinity();
     for (int64_t i = 0; i < B; ++i) {
       const T* h = heads.data_ptr<T>() + i * heads_stride;
       const T rho = h[0];
@@ -356,22 +369,13 @@ LocationPass location_forward(const Tensor& heads_in, const Tensor& previous_in,
       const bool* pad = padding_mask.data_ptr<bool>() + i * S;
       T* z = pass.z.data_ptr<T>() + i * S;
       T* w = pass.weights.data_ptr<T>() + i * S;
-      T largest = minus_infinity;
       for (int64_t j = 0; j < S; ++j) {
         z[j] = (p[j] - mu) / sigma;
-        w[j] = pad[j] ? minus_infinity : T(-0.5) * z[j] * z[j];
-        largest = std::max(largest, w[j]);
+        w[j] = T(-0.5) * z[j] * z[j];
       }
-      T total = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        w[j] = std::exp(w[j] - largest);
-        total += w[j];
-      }
+      masked_softmax_row(w, pad, S, w);
       T position = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        w[j] /= total;
-        position += w[j] * p[j];
-      }
+      for (int64_t j = 0; j < S; ++j) position += w[j] * p[j];
       pass.steps.data_ptr<T>()[i] = steps;
       pass.unclamped.data_ptr<T>()[i] = unclamped;
       pass.mu.data_ptr<T>()[i] = mu;
@@ -558,23 +562,16 @@ MixPass mixed_forward(const Tensor& scores_in, const Tensor& padding_mask_in, co
   pass.location = location;
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "mixed_focus", [&] {
     using T = scalar_t;
-    const T beta = static_cast<T>(temperature), minus_infinity = -std::numeric_limits<T>::infinity();
+    const T beta = static_cast<T>(temperature);
     for (int64_t i = 0; i < B; ++i) {
       const T* s = scores.data_ptr<T>() + i * scores_stride;
       const T *l = location.data_ptr<T>() + i * S, *p = positions.data_ptr<T>() + i * S;
       const bool* pad = padding_mask.data_ptr<bool>() + i * S;
       T *c = pass.content.data_ptr<T>() + i * S, *w = pass.weights.data_ptr<T>() + i * S;
       const T m = scalar_sigmoid(beta * mix_logit.data_ptr<T>()[i * mix_stride]);
-      T largest = minus_infinity;  // content = softmax(scores) over the real positions
-      for (int64_t j = 0; j < S; ++j) largest = pad[j] ? largest : std::max(largest, s[j]);
-      T total = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        c[j] = pad[j] ? T(0) : std::exp(s[j] - largest);
-        total += c[j];
-      }
+      masked_softmax_row(s, pad, S, c);  // content = softmax(scores) over the real positions
       T position = 0;
       for (int64_t j = 0; j < S; ++j) {
-        c[j] /= total;
         w[j] = l[j] + m * (c[j] - l[j]);  // = m content + (1 - m) location
         position += w[j] * p[j];
       }
