@@ -85,9 +85,13 @@ def ensure_copy_data(root: Path) -> Path:
 # -- training ----------------------------------------------------------------------------
 
 
-def train_arguments(data_bin: Path, model_args, updates: int, interval: int, save_dir: str) -> list:
+def train_arguments(
+    data_bin: Path, model_args, updates: int, interval: int, save_dir: str, num_workers: int = 0
+) -> list:
     """fairseq-train's arguments for a benchmark run: Adam, batches of 32, no validation or saving
-    (fairseq still makes its --save-dir, so the runs give it a temporary folder)."""
+    (fairseq still makes its --save-dir, so the runs give it a temporary folder), the batches made
+    in the training process (``num_workers`` 0, as the recipe trains; fairseq's default of 1 starts
+    a data-loading process, which on a run pinned to one core takes its turns on that core)."""
     return [
         str(data_bin),
         "--user-dir",
@@ -116,13 +120,15 @@ def train_arguments(data_bin: Path, model_args, updates: int, interval: int, sav
         "1",
         "--required-batch-size-multiple",
         "1",
+        "--num-workers",
+        str(num_workers),
     ]
 
 
-def train_once(data_bin: Path, model_args, updates: int, interval: int):
+def train_once(data_bin: Path, model_args, updates: int, interval: int, num_workers: int = 0):
     """Run fairseq-train in a child process; return (median wps, peak RSS in MiB)."""
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as save_dir:
-        arguments = train_arguments(data_bin, model_args, updates, interval, save_dir)
+        arguments = train_arguments(data_bin, model_args, updates, interval, save_dir, num_workers)
         child = subprocess.Popen([sys.executable, "-m", "fairseq_cli.train", *arguments], stdout=log,
                                  stderr=subprocess.STDOUT)  # fmt: skip
         _, status, usage = os.wait4(child.pid, 0)
@@ -170,12 +176,12 @@ def timed_fairseq_train(argv) -> None:
     print("UPDATE-SPLIT " + json.dumps({key: 1e3 * value / updates for key, value in spent.items()}), flush=True)
 
 
-def update_split(data_bin: Path, model_args, updates: int) -> dict:
+def update_split(data_bin: Path, model_args, updates: int, num_workers: int = 0) -> dict:
     """``timed_fairseq_train`` of ``model_args`` in a child process, with the training options of
     ``train_once``: {"loop", "trainer", "model"} in milliseconds an update."""
     code = "import sys; from fairseq_monoattn import benchmarking; benchmarking.timed_fairseq_train(sys.argv[1:])"
     with tempfile.TemporaryDirectory() as save_dir:
-        arguments = train_arguments(data_bin, model_args, updates, updates, save_dir)
+        arguments = train_arguments(data_bin, model_args, updates, updates, save_dir, num_workers)
         done = subprocess.run([sys.executable, "-c", code, *arguments], capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("UPDATE-SPLIT ")]
     if done.returncode != 0 or not lines:
@@ -183,7 +189,7 @@ def update_split(data_bin: Path, model_args, updates: int) -> dict:
     return json.loads(lines[-1][len("UPDATE-SPLIT ") :])
 
 
-def print_update_split(archs, data_bin: Path, updates: int) -> None:
+def print_update_split(archs, data_bin: Path, updates: int, num_workers: int = 0) -> None:
     """Where an update's time goes inside fairseq-train, for the reference model and each preset, and
     what that leaves for speed-ups of the model: the ratio to the reference if the model's forward
     and backward took no time at all, and the forward and backward a preset needs for 1.5x."""
@@ -195,11 +201,11 @@ def print_update_split(archs, data_bin: Path, updates: int) -> None:
     for arch in archs:
         kind = reference_args(arch)[1]
         if kind not in references:
-            references[kind] = update_split(data_bin, reference_args(arch), updates)
+            references[kind] = update_split(data_bin, reference_args(arch), updates, num_workers)
             ref = references[kind]
             print(table_row([f"{kind} (fairseq)", f"{ref['loop']:.2f}", f"{ref['trainer']:.2f}", f"{ref['model']:.2f}",
                              f"{ref['loop'] - ref['model']:.2f}", "", ""]))  # fmt: skip
-        ref, part = references[kind], update_split(data_bin, ["--arch", arch], updates)
+        ref, part = references[kind], update_split(data_bin, ["--arch", arch], updates, num_workers)
         rest = part["loop"] - part["model"]
         print(table_row([arch, f"{part['loop']:.2f}", f"{part['trainer']:.2f}", f"{part['model']:.2f}", f"{rest:.2f}",
                          f"{ref['loop'] / rest:.2f}", f"{ref['loop'] / 1.5 - rest:.2f}"]))  # fmt: skip
@@ -618,6 +624,13 @@ def parse_args(argv=None):
     parser.add_argument("--updates", type=int, default=300, help="training updates per run")
     parser.add_argument("--interval", type=int, default=50, help="fairseq log interval (updates)")
     parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="fairseq-train's --num-workers for the training runs of both models (default 0: the batches are "
+        "made in the training process, as the recipe trains; fairseq's own default is 1)",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=3, help="training runs per preset, each paired with an lstm run (median ratio)"
     )
     parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark", help="where Copy data is prepared")
@@ -762,7 +775,8 @@ def main(argv=None):
     if not args.skip_training:
         data_bin = ensure_copy_data(args.data)
         print(
-            f"training: {args.updates} updates, batch 32, Copy train split, {args.repeats} runs a preset "
+            f"training: {args.updates} updates, batch 32, Copy train split, --num-workers {args.num_workers}, "
+            f"{args.repeats} runs a preset "
             f"each after a run of fairseq's own model of that size (lstm or transformer); "
             f"torch threads: {torch.get_num_threads()}; {compiled.describe()}",
             flush=True,
@@ -770,8 +784,10 @@ def main(argv=None):
     for arch in [] if args.skip_training else archs:
         for _ in range(args.repeats):
             reference = reference_args(arch)
-            reference_runs.append((*train_once(data_bin, reference, args.updates, args.interval), reference[1]))
-            wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval)
+            reference_runs.append(
+                (*train_once(data_bin, reference, args.updates, args.interval, args.num_workers), reference[1])
+            )
+            wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval, args.num_workers)
             rows.setdefault(arch, []).append((wps, rss, reference_runs[-1][0]))
             reference_wps, _, kind = reference_runs[-1]
             print(
@@ -792,7 +808,7 @@ def main(argv=None):
     if args.compiled:
         print_compiled(archs)
     if args.update_split:
-        print_update_split(archs, ensure_copy_data(args.data), args.updates)
+        print_update_split(archs, ensure_copy_data(args.data), args.updates, args.num_workers)
     if args.epoch and args.epoch_against is not None:
         print_epochs_against(*args.epoch, args.data, args.epoch_against, args.epoch_repeats, args.epochs)
     elif args.epoch:

@@ -24,7 +24,8 @@ def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_befor
     )
     commands = []
 
-    def train_once(data_bin, model_args, updates, interval):
+    def train_once(data_bin, model_args, updates, interval, num_workers):
+        assert num_workers == 0  # both models make their batches in the training process by default
         commands.append(model_args[1] if model_args[0] == "--arch" else model_args)
         return next(scripted)
 
@@ -35,6 +36,21 @@ def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_befor
     table = capsys.readouterr().out.splitlines()
     assert "| lstm (fairseq, 3 runs) | 1000 | 1.00 | | 402 | | | | |" in table
     assert "| gru_onestep | 900 | 0.80 | 0.80-0.90 | 420 | | | | |" in table
+
+
+def test_the_training_runs_make_their_batches_in_process_unless_told_otherwise(monkeypatch, tmp_path):
+    """fairseq-train's --num-workers: 0 by default for both models (no data-loading process taking
+    turns on a pinned core), fairseq's own 1 on request, for the preset and its reference alike."""
+    arguments = benchmarking.train_arguments(tmp_path, ["--arch", "gru_onestep"], 300, 50, str(tmp_path))
+    assert arguments[arguments.index("--num-workers") + 1] == "0"
+    assert arguments.count("--num-workers") == 1
+    arguments = benchmarking.train_arguments(tmp_path, ["--arch", "gru_onestep"], 300, 50, str(tmp_path), 1)
+    assert arguments[arguments.index("--num-workers") + 1] == "1"
+    seen = []
+    monkeypatch.setattr(benchmarking, "train_once", lambda d, m, u, i, num_workers: seen.append(num_workers) or (1, 1))
+    monkeypatch.setattr(benchmarking, "ensure_copy_data", lambda root: root / "bin")
+    benchmarking.main(["--arch", "gru_onestep", "--repeats", "1", "--skip-decoding", "--num-workers", "1"])
+    assert seen == [1, 1]
 
 
 def test_repeats_below_one_are_refused():
@@ -77,7 +93,7 @@ def test_the_update_split_nests_the_model_in_the_trainer_in_the_loop_and_prints_
     20 / 1.5 - 6 = 7.33 ms."""
     splits = {"lstm": {"loop": 20.0, "trainer": 18.0, "model": 14.0}, "gru_onestep": {"loop": 18.0, "trainer": 16.0,
               "model": 12.0}}  # fmt: skip
-    monkeypatch.setattr(benchmarking, "update_split", lambda data, args, updates: splits[args[1]])
+    monkeypatch.setattr(benchmarking, "update_split", lambda data, args, updates, num_workers: splits[args[1]])
     benchmarking.print_update_split(["gru_onestep"], None, 300)
     table = capsys.readouterr().out.splitlines()
     assert "| lstm (fairseq) | 20.00 | 18.00 | 14.00 | 6.00 | | |" in table
