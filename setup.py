@@ -42,7 +42,10 @@ def compiled_kernels():
         return {}
     extension = CppExtension(
         "fairseq_monoattn._kernels",
-        [f"fairseq_monoattn/csrc/{name}.cpp" for name in ("bindings", "packed_gru", "step_nodes", "decoder_loop")],
+        [
+            f"fairseq_monoattn/csrc/{name}.cpp"
+            for name in ("bindings", "packed_gru", "step_nodes", "decoder_loop", "dropout")
+        ],
         extra_compile_args=["-O3"],
         optional=True,  # a failed build warns and installs the rest
     )

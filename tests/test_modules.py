@@ -356,6 +356,35 @@ def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dt
         assert (g - w).abs().max() <= tolerance * 10 * max(1.0, w.abs().max().item())
 
 
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
+def test_the_compiled_packing_plan_is_the_python_plan():
+    """Where each row and position of a batch goes when the encoder steps it packed, from one C++ call:
+    the same step sizes and index tensors as the Python code's, on 300 random batches (ties in the
+    lengths, one row, rows as long as the batch is wide), and a clear refusal of a row length the
+    batch cannot hold."""
+    from fairseq_monoattn.modules.compiled import kernels
+    from fairseq_monoattn.modules.gru import _Packing
+
+    names = ("forward_inputs", "backward_inputs", "forward_outputs", "backward_outputs", "finals")
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        batch = 1 if trial % 50 == 0 else int(torch.randint(1, 40, (1,), generator=generator))
+        width = int(torch.randint(1, 30, (1,), generator=generator))
+        lengths = torch.randint(1, width + 1, (batch,), generator=generator)
+        lengths[0] = width if trial % 3 == 0 else lengths[0]
+        got = _Packing(lengths, width)
+        want = _Packing.__new__(_Packing)
+        want._plan(lengths, width)
+        assert got.sizes == want.sizes and got.total == want.total
+        for name in names:
+            assert torch.equal(getattr(got, name), getattr(want, name)), (trial, name)
+            assert getattr(got, name).dtype == torch.int64
+    with pytest.raises(RuntimeError, match="row 1 has length 6, outside 1 .. 5"):
+        kernels.packing_plan(torch.tensor([2, 6]), 5)
+    with pytest.raises(RuntimeError, match="row 0 has length 0"):
+        kernels.packing_plan(torch.tensor([0, 3]), 5)
+
+
 @pytest.mark.skipif(not gru_loops()[1:], reason="the C++ GRU loop is not built")
 def test_the_compiled_gru_loop_refuses_what_it_cannot_step():
     from fairseq_monoattn.modules.compiled import kernels
@@ -501,6 +530,33 @@ def test_byte_dropout_drops_where_a_random_byte_is_below_256p():
     assert torch.equal(Dropout(0.5).eval()(x), x)
     half = Dropout(0.5)(torch.ones(64, dtype=torch.bfloat16))
     assert half.dtype == torch.bfloat16 and set(half.tolist()) <= {0.0, 2.0}
+
+
+@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_dropout_scale_is_torchs(dtype, monkeypatch):
+    """The dropout mask's scale from one C++ pass over the random bytes equals torch's ge, to and
+    mul_ bit for bit (1 / (1 - p) rounded to the dtype), for several p, and so does the output."""
+    from fairseq_monoattn.modules import compiled
+    from fairseq_monoattn.modules.dropout import byte_dropout
+
+    random_bytes = torch.randint(0, 256, (3, 41, 7), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(3, 41, 7, dtype=dtype)
+    for p in (0.5, 0.25, 1 / 256, 255 / 256, 0.75, 13 / 256):
+        threshold = round(256 * p)
+        want = random_bytes.ge(threshold).to(dtype).mul_(1.0 / (1.0 - p))
+        got = compiled.kernels.dropout_scale(random_bytes, threshold, 1.0 / (1.0 - p), dtype)
+        assert got.dtype == dtype and torch.equal(got, want), p
+        torch.manual_seed(7)
+        with_kernel = byte_dropout(x, p)
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        torch.manual_seed(7)
+        assert torch.equal(byte_dropout(x, p), with_kernel), p
+        monkeypatch.setattr(compiled, "ENABLED", True)
+    with pytest.raises(RuntimeError, match="uint8"):
+        compiled.kernels.dropout_scale(x, 128, 2.0, dtype)
+    with pytest.raises(RuntimeError, match="threshold must be in 1 .. 255, not 0"):
+        compiled.kernels.dropout_scale(random_bytes, 0, 2.0, dtype)
 
 
 def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient(kernels):

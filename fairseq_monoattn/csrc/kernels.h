@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,15 @@ std::vector<at::Tensor> packed_gru_forward(const at::Tensor& input_gates, const 
 std::vector<at::Tensor> packed_gru_backward(const at::Tensor& grad_states, const at::Tensor& states,
                                                const at::Tensor& saved, const at::Tensor& weight,
                                                const std::vector<int64_t>& sizes);
+
+// Where each (row, position) of a right-padded batch goes when it is stepped packed (packed_gru.cpp,
+// modules/gru.py's _Packing): the step sizes, then forward_inputs, backward_inputs (total,),
+// forward_outputs, backward_outputs (B, width) and finals (B,), as int64 tensors.
+std::tuple<std::vector<int64_t>, std::vector<at::Tensor>> packing_plan(const at::Tensor& lengths, int64_t width);
+
+// Dropout's scale from random bytes (modules/dropout.py): (byte >= threshold) * scale, in the dtype
+// given, as torch's ge, to and mul_ make it (step_nodes.cpp).
+at::Tensor dropout_scale(const at::Tensor& random_bytes, int64_t threshold, double scale, at::ScalarType dtype);
 
 // One GRU update as one autograd node (step_nodes.cpp).
 at::Tensor gru_step(const at::Tensor& input_gates, const at::Tensor& hidden_gates,

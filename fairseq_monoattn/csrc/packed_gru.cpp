@@ -14,6 +14,8 @@
 
 #include "kernels.h"
 
+#include <algorithm>
+
 namespace fairseq_monoattn {
 
 using at::Tensor;
@@ -40,6 +42,59 @@ std::vector<int64_t> step_starts(const std::vector<int64_t>& sizes, int64_t tota
 }
 
 }  // namespace
+
+// rows sorted by length, longest first (ties in batch order); step t runs on the first sizes[t] of
+// them, packed row starts[t] + r is sorted row r at step t; the forward direction reads position t
+// of its row there, the backward direction position length - 1 - t; output (b, p) reads the packed
+// row of the step that computed it, and padding the row ``total`` (past the packed rows).
+std::tuple<std::vector<int64_t>, std::vector<Tensor>> packing_plan(const Tensor& lengths_in, int64_t width) {
+  TORCH_CHECK(lengths_in.device().is_cpu() && lengths_in.dim() == 1 && lengths_in.numel() > 0,
+              "packing_plan: lengths must be a non-empty CPU vector");
+  const Tensor lengths_tensor = lengths_in.to(at::kLong).contiguous();
+  const int64_t* length = lengths_tensor.data_ptr<int64_t>();
+  const int64_t B = lengths_tensor.numel();
+  std::vector<int64_t> order(B), rank(B);
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(length[b] >= 1 && length[b] <= width, "packing_plan: row ", b, " has length ", length[b],
+                ", outside 1 .. ", width);
+    order[b] = b;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length[a] > length[b]; });
+  for (int64_t r = 0; r < B; ++r) rank[order[r]] = r;
+  const int64_t steps = length[order[0]];
+  std::vector<int64_t> sizes(steps), starts(steps);
+  int64_t total = 0;
+  for (int64_t t = 0, rows = B; t < steps; ++t) {
+    while (length[order[rows - 1]] <= t) --rows;  // rows longer than t
+    sizes[t] = rows;
+    starts[t] = total;
+    total += rows;
+  }
+  const auto options = lengths_tensor.options();
+  Tensor forward_inputs = at::empty({total}, options), backward_inputs = at::empty({total}, options);
+  Tensor forward_outputs = at::empty({B, width}, options), backward_outputs = at::empty({B, width}, options);
+  Tensor finals = at::empty({B}, options);
+  int64_t* fi = forward_inputs.data_ptr<int64_t>();
+  int64_t* bi = backward_inputs.data_ptr<int64_t>();
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t r = 0; r < sizes[t]; ++r) {
+      const int64_t row = order[r];
+      fi[starts[t] + r] = row * width + t;
+      bi[starts[t] + r] = row * width + length[row] - 1 - t;
+    }
+  int64_t* fo = forward_outputs.data_ptr<int64_t>();
+  int64_t* bo = backward_outputs.data_ptr<int64_t>();
+  int64_t* last = finals.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = length[b];
+    for (int64_t p = 0; p < width; ++p) {
+      fo[b * width + p] = p < n ? starts[p] + rank[b] : total;
+      bo[b * width + p] = p < n ? starts[n - 1 - p] + rank[b] : total;
+    }
+    last[b] = starts[n - 1] + rank[b];
+  }
+  return {sizes, {forward_inputs, backward_inputs, forward_outputs, backward_outputs, finals}};
+}
 
 // Forward.  input_gates (D, total, 3H), weight (D, 3H, H) = W_hh, bias (D, 3H) = b_hh.
 // Returns the states (D, total, H) and what the backward pass needs: the gates r, z, n and

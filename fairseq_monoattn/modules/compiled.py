@@ -6,6 +6,8 @@ elsewhere the package installs without them. Each computes the same function as 
 stands in for, with fewer operator calls and no Python in its backward pass:
 
     packed_gru_forward / packed_gru_backward   the encoder's bidirectional GRU loop (gru.py)
+    packing_plan                               where each row and position of a batch goes when
+                                               the encoder steps it packed (gru.py)
     gru_step                                   the decoder's GRU update, one node (gru.py)
     softmax_gaussian                           the softmax focus, one node (normalizations.py)
     location_focus                             a step's whole location focus from its heads, one
@@ -45,6 +47,12 @@ def applies(*tensors: torch.Tensor) -> bool:
         return False
     kinds = {(t.device.type, t.dtype) for t in tensors}
     return len(kinds) == 1 and kinds <= _KINDS
+
+
+def available() -> bool:
+    """Whether the C++ kernels are built and not switched off (for kernels on integer tensors, which
+    ``applies`` does not cover: the encoder's packing plan)."""
+    return kernels is not None and ENABLED
 
 
 def in_use() -> str:

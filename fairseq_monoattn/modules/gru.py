@@ -84,6 +84,15 @@ class _Packing:
     at step t, the backward direction position length - 1 - t."""
 
     def __init__(self, lengths: torch.Tensor, width: int):
+        if compiled.available() and lengths.device.type == "cpu":  # the same plan in one call
+            self.sizes, indices = compiled.kernels.packing_plan(lengths, width)
+            self.total = sum(self.sizes)
+            (self.forward_inputs, self.backward_inputs, self.forward_outputs, self.backward_outputs,
+             self.finals) = indices  # fmt: skip
+        else:
+            self._plan(lengths, width)
+
+    def _plan(self, lengths: torch.Tensor, width: int):
         device = lengths.device
         batch = lengths.numel()
         sorted_lengths, order = torch.sort(lengths, descending=True, stable=True)
