@@ -42,10 +42,7 @@ def compiled_kernels():
         return {}
     extension = CppExtension(
         "fairseq_monoattn._kernels",
-        [
-            f"fairseq_monoattn/csrc/{name}.cpp"
-            for name in ("bindings", "packed_gru", "step_nodes", "decoder_loop", "dropout")
-        ],
+        [f"fairseq_monoattn/csrc/{name}.cpp" for name in ("bindings", "packed_gru", "step_nodes", "decoder_loop")],
         extra_compile_args=["-O3"],
         optional=True,  # a failed build warns and installs the rest
     )

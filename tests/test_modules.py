@@ -532,33 +532,6 @@ def test_byte_dropout_drops_where_a_random_byte_is_below_256p():
     assert half.dtype == torch.bfloat16 and set(half.tolist()) <= {0.0, 2.0}
 
 
-@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_compiled_dropout_scale_is_torchs(dtype, monkeypatch):
-    """The dropout mask's scale from one C++ pass over the random bytes equals torch's ge, to and
-    mul_ bit for bit (1 / (1 - p) rounded to the dtype), for several p, and so does the output."""
-    from fairseq_monoattn.modules import compiled
-    from fairseq_monoattn.modules.dropout import byte_dropout
-
-    random_bytes = torch.randint(0, 256, (3, 41, 7), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
-    x = torch.randn(3, 41, 7, dtype=dtype)
-    for p in (0.5, 0.25, 1 / 256, 255 / 256, 0.75, 13 / 256):
-        threshold = round(256 * p)
-        want = random_bytes.ge(threshold).to(dtype).mul_(1.0 / (1.0 - p))
-        got = compiled.kernels.dropout_scale(random_bytes, threshold, 1.0 / (1.0 - p), dtype)
-        assert got.dtype == dtype and torch.equal(got, want), p
-        torch.manual_seed(7)
-        with_kernel = byte_dropout(x, p)
-        monkeypatch.setattr(compiled, "ENABLED", False)
-        torch.manual_seed(7)
-        assert torch.equal(byte_dropout(x, p), with_kernel), p
-        monkeypatch.setattr(compiled, "ENABLED", True)
-    with pytest.raises(RuntimeError, match="uint8"):
-        compiled.kernels.dropout_scale(x, 128, 2.0, dtype)
-    with pytest.raises(RuntimeError, match="threshold must be in 1 .. 255, not 0"):
-        compiled.kernels.dropout_scale(random_bytes, 0, 2.0, dtype)
-
-
 def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient(kernels):
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus
     from fairseq_monoattn.registry import FocusNormalization

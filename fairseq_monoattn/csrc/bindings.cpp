@@ -8,7 +8,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("packed_gru_forward", &packed_gru_forward, "states and saved gates of a packed GRU loop");
   m.def("packed_gru_backward", &packed_gru_backward, "gradients of a packed GRU loop");
   m.def("packing_plan", &packing_plan, "the step sizes and the index tensors of a packed batch (modules/gru.py)");
-  m.def("dropout_scale", &dropout_scale, "dropout's scale (byte >= threshold) * scale from random bytes");
   m.def("gru_step", &gru_step, "one GRU update h' from its gates' pre-activations, as one autograd node");
   pybind11::class_<PendingFactors, std::shared_ptr<PendingFactors>>(
       m, "PendingFactors", "the factor pairs the step nodes file for one gradient, until the collector takes them")

@@ -150,8 +150,9 @@ variable_list DecoderLoopBackward::apply(variable_list&& grads) {
 }
 
 // m (rows, cols), any strides, transposed into a new contiguous (cols, rows) matrix tile by tile, so
-// that the rows read and the rows written stay in the cache: 517 x 128 floats take a few microseconds,
-// where torch's copy of the transposed view (one read or write a whole row apart) took 42.
+// that the rows read and the rows written stay in the cache: 31 us for 517 x 128 floats against 36
+// for torch's copy of the transposed view, 24 against 51 for the context's 384 x 128 columns of the
+// GRU's input weights (a slice), one thread.
 Tensor transposed(const Tensor& m) {
   const int64_t rows = m.size(0), cols = m.size(1), row_stride = m.stride(0), col_stride = m.stride(1);
   Tensor out = at::empty({cols, rows}, m.options());

@@ -46,10 +46,6 @@ std::vector<at::Tensor> packed_gru_backward(const at::Tensor& grad_states, const
 // forward_outputs, backward_outputs (B, width) and finals (B,), as int64 tensors.
 std::tuple<std::vector<int64_t>, std::vector<at::Tensor>> packing_plan(const at::Tensor& lengths, int64_t width);
 
-// Dropout's scale from random bytes (modules/dropout.py): (byte >= threshold) * scale, in the dtype
-// given, as torch's ge, to and mul_ make it (step_nodes.cpp).
-at::Tensor dropout_scale(const at::Tensor& random_bytes, int64_t threshold, double scale, at::ScalarType dtype);
-
 // One GRU update as one autograd node (step_nodes.cpp).
 at::Tensor gru_step(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
                        const at::Tensor& hidden);

@@ -14,8 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import compiled
-
 
 def byte_dropout_threshold(p: float):
     """256 p if p is a multiple of 1/256 strictly between 0 and 1, else None."""
@@ -33,10 +31,7 @@ def byte_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     # random_ from the lowest int64 with no upper bound: every one of the 2^64 values equally likely
     words = torch.empty((count + 7) // 8, dtype=torch.int64, device=x.device).random_(-(2**63), None)
     random_bytes = words.view(torch.uint8)[:count].view(x.shape)
-    if compiled.available() and x.dtype in (torch.float32, torch.float64):  # the same numbers, one pass
-        scale = compiled.kernels.dropout_scale(random_bytes, threshold, 1.0 / (1.0 - p), x.dtype)
-    else:
-        scale = random_bytes.ge(threshold).to(x.dtype).mul_(1.0 / (1.0 - p))
+    scale = random_bytes.ge(threshold).to(x.dtype).mul_(1.0 / (1.0 - p))
     return x * scale
 
 
