@@ -57,7 +57,7 @@ def available() -> bool:
 
 def in_use() -> str:
     """Which code the models run in this installation: "C++" or "Python"."""
-    return "C++" if kernels is not None and ENABLED else "Python"
+    return "C++" if available() else "Python"
 
 
 def describe() -> str:
