@@ -825,3 +825,63 @@ def test_the_values_output_map_read_after_the_read_is_the_map_of_the_read_values
     got = torch.einsum("bs,bsd->bd", weights, before) @ output_map.t()
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     assert not torch.allclose(want[0], want[1])
+
+
+@pytest.mark.parametrize("words", [10, 100])
+def test_the_tied_output_layer_is_the_two_maps_in_turn(words):
+    """logits = E (W h + b) + c: with no more words than embedding dimensions (10 + 4 special
+    symbols against 64) E W is multiplied out first, with more (104) the two maps run in turn; either
+    way the logits and every gradient are those of the two maps in turn (float64)."""
+    from fairseq.data import Dictionary
+
+    from fairseq_monoattn.benchmarking import build_preset
+
+    dictionary = Dictionary()
+    for i in range(words):
+        dictionary.add_symbol(f"w{i}")
+    decoder = build_preset("gru_onestep", dictionary).double().decoder
+    assert decoder.share_input_output_embed and decoder.embed_tokens.weight.shape[1] == 64
+    features = torch.randn(3, 5, 128, dtype=torch.float64, requires_grad=True)
+    got = decoder.output_layer(features)
+    want = torch.nn.functional.linear(decoder.out_proj(features), decoder.embed_tokens.weight, decoder.out_bias)
+    assert got.shape == (3, 5, len(dictionary)) and torch.allclose(got, want, rtol=0, atol=1e-12)
+    weights = torch.randn_like(want)
+    params = [features, decoder.embed_tokens.weight, decoder.out_proj.weight, decoder.out_proj.bias, decoder.out_bias]
+    for g, w in zip(
+        torch.autograd.grad((got * weights).sum(), params), torch.autograd.grad((want * weights).sum(), params)
+    ):
+        assert torch.allclose(g, w, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("words", [10, 12])  # 14 and 16 symbols: torch's kernel takes the second
+def test_the_decoders_log_probabilities_are_torchs_log_softmax(words):
+    """The decoder's log-probabilities over a vocabulary whose size is not a multiple of 8 (where
+    torch's CPU log_softmax is slow) are computed as x - m - log sum exp(x - m): torch's log_softmax
+    to float rounding, and its gradient, in float32 (as fairseq returns them, also for half-precision
+    logits) and float64; with 16 symbols fairseq's own log_softmax runs."""
+    from fairseq import utils as fairseq_utils
+    from fairseq.data import Dictionary
+
+    from fairseq_monoattn.benchmarking import build_preset
+
+    dictionary = Dictionary()
+    for i in range(words):
+        dictionary.add_symbol(f"w{i}")
+    decoder = build_preset("gru_onestep", dictionary).decoder
+    size = len(dictionary)
+    for dtype, tolerance in ((torch.float32, 2e-6), (torch.float64, 1e-13)):
+        logits = (10 * torch.randn(4, 7, size, dtype=dtype)).requires_grad_(True)
+        got = decoder.get_normalized_probs((logits, None), log_probs=True)
+        if size % 8 == 0:  # fairseq's own, which computes in float32
+            assert torch.equal(got, fairseq_utils.log_softmax(logits, dim=-1))
+            continue
+        want = torch.log_softmax(logits, dim=-1)
+        assert got.dtype == dtype and (got - want).abs().max() <= tolerance
+        weights = torch.randn_like(want)
+        (got_grad,) = torch.autograd.grad((got * weights).sum(), logits)
+        (want_grad,) = torch.autograd.grad((want * weights).sum(), logits)
+        assert (got_grad - want_grad).abs().max() <= 10 * tolerance
+    half = decoder.get_normalized_probs((torch.randn(2, 3, size, dtype=torch.bfloat16), None), log_probs=True)
+    assert half.dtype == torch.float32
+    probs = decoder.get_normalized_probs((torch.randn(2, 3, size), None), log_probs=False)
+    assert torch.allclose(probs.sum(-1), torch.ones(2, 3))
