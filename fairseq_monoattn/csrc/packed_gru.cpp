@@ -62,14 +62,14 @@ std::tuple<std::vector<int64_t>, std::vector<Tensor>> packing_plan(const Tensor&
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length[a] > length[b]; });
   for (int64_t r = 0; r < B; ++r) rank[order[r]] = r;
   const int64_t steps = length[order[0]];
-  std::vector<int64_t> sizes(steps), starts(steps);
+  std::vector<int64_t> sizes(steps);
   int64_t total = 0;
   for (int64_t t = 0, rows = B; t < steps; ++t) {
     while (length[order[rows - 1]] <= t) --rows;  // rows longer than t
     sizes[t] = rows;
-    starts[t] = total;
     total += rows;
   }
+  const std::vector<int64_t> starts = step_starts(sizes, total);
   const auto options = lengths_tensor.options();
   Tensor forward_inputs = at::empty({total}, options), backward_inputs = at::empty({total}, options);
   Tensor forward_outputs = at::empty({B, width}, options), backward_outputs = at::empty({B, width}, options);

@@ -40,19 +40,19 @@ ENABLED = os.environ.get("FAIRSEQ_MONOATTN_COMPILED", "1") != "0"
 _KINDS = {("cpu", torch.float32), ("cpu", torch.float64)}
 
 
-def applies(*tensors: torch.Tensor) -> bool:
-    """Whether the C++ kernels run on ``tensors``: built, not switched off, every tensor float32
-    or float64 (one of them) on the CPU, outside autocast."""
-    if kernels is None or not ENABLED or _autocast_on_cpu():
-        return False
-    kinds = {(t.device.type, t.dtype) for t in tensors}
-    return len(kinds) == 1 and kinds <= _KINDS
-
-
 def available() -> bool:
     """Whether the C++ kernels are built and not switched off (for kernels on integer tensors, which
     ``applies`` does not cover: the encoder's packing plan)."""
     return kernels is not None and ENABLED
+
+
+def applies(*tensors: torch.Tensor) -> bool:
+    """Whether the C++ kernels run on ``tensors``: built, not switched off, every tensor float32
+    or float64 (one of them) on the CPU, outside autocast."""
+    if not available() or _autocast_on_cpu():
+        return False
+    kinds = {(t.device.type, t.dtype) for t in tensors}
+    return len(kinds) == 1 and kinds <= _KINDS
 
 
 def in_use() -> str:
