@@ -13,25 +13,44 @@
 
 namespace fairseq_monoattn {
 
-// One element j of a GRU update's backward pass, h' = (h - n) z + n with r = sigmoid(i_r + h_r),
-// z = sigmoid(i_z + h_z), n = tanh(i_n + r h_n): from g = dL/dh', writes dL/dh through h' itself
-// (kept[j] = g z) and the gates' pre-activation gradients, on the input side gi = [g_r | g_z | g_n]
-// and on the hidden side gh = [g_r | g_z | g_n r] (rows of 3H).  Shared by the encoder's packed loop
-// and the decoder's GRU step node.
+// One row of a GRU update's backward pass, h' = (h - n) z + n with r = sigmoid(i_r + h_r),
+// z = sigmoid(i_z + h_z), n = tanh(i_n + r h_n): from g = dL/dh' (H numbers), writes dL/dh through h'
+// itself (kept = g z) and the gates' pre-activation gradients, on the input side [g_r | g_z | g_n]
+// and on the hidden side [g_r | g_z | g_n r].  Shared by the encoder's packed loop and the decoder's
+// GRU step.  Every array its own restrict pointer, so that the compiler vectorizes the loop (with the
+// gates as offsets of one pointer it cannot tell the stores apart and runs it one number at a time).
 template <typename T>
-inline void gru_element_backward(T g, T r, T z, T n, T h, T h_n, int64_t j, int64_t H, T* __restrict__ kept,
-                                 T* __restrict__ gi, T* __restrict__ gh) {
-  const T through_h = g * z;                    // through h' = z h + (1 - z) n
-  const T g_z = g * (h - n) * (1 - z) * z;      // through z = sigmoid(.)
-  const T g_n = (g - through_h) * (1 - n * n);  // through n = tanh(.)
-  const T g_r = g_n * h_n * (1 - r) * r;        // through r = sigmoid(.)
-  kept[j] = through_h;
-  gi[j] = g_r;
-  gi[H + j] = g_z;
-  gi[2 * H + j] = g_n;
-  gh[j] = g_r;
-  gh[H + j] = g_z;
-  gh[2 * H + j] = g_n * r;
+void gru_row_backward(const T* __restrict__ g, const T* __restrict__ r, const T* __restrict__ z,
+                      const T* __restrict__ n, const T* __restrict__ h, const T* __restrict__ h_n, int64_t H,
+                      T* __restrict__ kept, T* __restrict__ gi_r, T* __restrict__ gi_z, T* __restrict__ gi_n,
+                      T* __restrict__ gh_r, T* __restrict__ gh_z, T* __restrict__ gh_n) {
+  for (int64_t j = 0; j < H; ++j) {
+    const T through_h = g[j] * z[j];                        // through h' = z h + (1 - z) n
+    const T g_z = g[j] * (h[j] - n[j]) * (1 - z[j]) * z[j];  // through z = sigmoid(.)
+    const T g_n = (g[j] - through_h) * (1 - n[j] * n[j]);   // through n = tanh(.)
+    const T g_r = g_n * h_n[j] * (1 - r[j]) * r[j];         // through r = sigmoid(.)
+    kept[j] = through_h;
+    gi_r[j] = g_r;
+    gi_z[j] = g_z;
+    gi_n[j] = g_n;
+    gh_r[j] = g_r;
+    gh_z[j] = g_z;
+    gh_n[j] = g_n * r[j];
+  }
+}
+
+// Rows of a GRU update's forward pass, elementwise, each array its own restrict pointer (as
+// gru_row_backward): n before its tanh, i_n + r h_n, and h' = (h - n) z + n.
+template <typename T>
+void gru_row_candidate(const T* __restrict__ i_n, const T* __restrict__ r, const T* __restrict__ h_n, int64_t H,
+                       T* __restrict__ out) {
+  for (int64_t j = 0; j < H; ++j) out[j] = i_n[j] + r[j] * h_n[j];  // before the tanh
+}
+
+template <typename T>
+void gru_row_update(const T* __restrict__ h, const T* __restrict__ n, const T* __restrict__ z, int64_t H,
+                    T* __restrict__ out) {
+  for (int64_t j = 0; j < H; ++j) out[j] = (h[j] - n[j]) * z[j] + n[j];  // h' = (h - n) z + n
 }
 
 // The encoder's GRU time loop over packed rows (packed_gru.cpp).

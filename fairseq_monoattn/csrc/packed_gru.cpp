@@ -156,8 +156,7 @@ std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& 
           const scalar_t* __restrict__ ig = input_gates_ + (d * total + start + i) * 3 * H + 2 * H;
           const scalar_t* __restrict__ h_n = hidden_gates_ + (d * batch + i) * 3 * H + 2 * H;
           const scalar_t* __restrict__ r = reset_update_ + (d * batch + i) * 2 * H;
-          scalar_t* __restrict__ out = candidate_ + (d * batch + i) * H;
-          for (int64_t j = 0; j < H; ++j) out[j] = ig[j] + r[j] * h_n[j];
+          gru_row_candidate(ig, r, h_n, H, candidate_ + (d * batch + i) * H);
         }
       }
       candidate.narrow(1, 0, rows).tanh_();  // n
@@ -171,13 +170,10 @@ std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& 
               t == 0 ? zeros_ : states_ + (d * total + starts[t - 1] + i) * H;
           scalar_t* __restrict__ h_new = states_ + (d * total + start + i) * H;
           scalar_t* __restrict__ keep = saved_ + (d * total + start + i) * 4 * H;
-          for (int64_t j = 0; j < H; ++j) {
-            h_new[j] = (h[j] - n[j]) * z[j] + n[j];
-            keep[j] = r[j];
-            keep[H + j] = z[j];
-            keep[2 * H + j] = n[j];
-            keep[3 * H + j] = h_n[j];
-          }
+          gru_row_update(h, n, z, H, h_new);
+          std::copy_n(r, 2 * H, keep);  // r, z
+          std::copy_n(n, H, keep + 2 * H);
+          std::copy_n(h_n, H, keep + 3 * H);
         }
       }
     }
@@ -219,6 +215,8 @@ std::vector<Tensor> packed_gru_backward(const Tensor& grad_states_in, const Tens
     scalar_t* previous_ = previous.data_ptr<scalar_t>();
     scalar_t* grad_input_gates_ = grad_input_gates.data_ptr<scalar_t>();
     scalar_t* grad_hidden_gates_ = grad_hidden_gates.data_ptr<scalar_t>();
+    std::vector<scalar_t> g_sum_row(H);
+    scalar_t* __restrict__ g_sum = g_sum_row.data();
     for (int64_t t = static_cast<int64_t>(sizes.size()) - 1; t >= 0; --t) {
       const int64_t rows = sizes[t], start = starts[t];
       const int64_t carried = t + 1 < static_cast<int64_t>(sizes.size()) ? sizes[t + 1] : 0;
@@ -241,11 +239,12 @@ std::vector<Tensor> packed_gru_backward(const Tensor& grad_states_in, const Tens
             const scalar_t* __restrict__ h_before = states_ + (d * total + starts[t - 1] + i) * H;
             for (int64_t j = 0; j < H; ++j) h[j] = h_before[j];
           }
-          const bool later = i < carried;  // the row goes on to step t + 1
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t g = later ? g_out[j] + (g_weight[j] + g_update[j]) : g_out[j];
-            gru_element_backward(g, r[j], z[j], n[j], h[j], h_n[j], j, H, g_update, gi, gh);
+          const scalar_t* g = g_out;
+          if (i < carried) {  // the row goes on to step t + 1: dL/dh' also from there
+            for (int64_t j = 0; j < H; ++j) g_sum[j] = g_out[j] + (g_weight[j] + g_update[j]);
+            g = g_sum;
           }
+          gru_row_backward(g, r, z, n, h, h_n, H, g_update, gi, gi + H, gi + 2 * H, gh, gh + H, gh + 2 * H);
         }
         Tensor out = carry_of[d].narrow(0, 0, rows);
         at::mm_out(out, gates_of[d].narrow(0, start, rows), weight_of[d]);

@@ -86,8 +86,7 @@ at::Tensor gru_forward_impl(const Tensor& input_gates, const Tensor& hidden_gate
       const scalar_t* __restrict__ i_n = input_gates.data_ptr<scalar_t>() + i * in_stride + 2 * H;
       const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
       const scalar_t* __restrict__ r = reset_update.data_ptr<scalar_t>() + i * 2 * H;
-      scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
-      for (int64_t j = 0; j < H; ++j) n[j] = i_n[j] + r[j] * h_n[j];
+      gru_row_candidate(i_n, r, h_n, H, candidate.data_ptr<scalar_t>() + i * H);
     }
   });
   candidate.tanh_();  // n
@@ -96,8 +95,7 @@ at::Tensor gru_forward_impl(const Tensor& input_gates, const Tensor& hidden_gate
       const scalar_t* __restrict__ z = reset_update.data_ptr<scalar_t>() + i * 2 * H + H;
       const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
       const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
-      scalar_t* __restrict__ h_new = out.data_ptr<scalar_t>() + i * H;
-      for (int64_t j = 0; j < H; ++j) h_new[j] = (h[j] - n[j]) * z[j] + n[j];
+      gru_row_update(h, n, z, H, out.data_ptr<scalar_t>() + i * H);
     }
   });
   pass = GRUPass{reset_update, candidate, hidden, hidden_gates};
@@ -126,10 +124,10 @@ void gru_backward(const Tensor& grad, const GRUPass& pass, Tensor& grad_input_ga
       const scalar_t* __restrict__ n = candidate.data_ptr<scalar_t>() + i * H;
       const scalar_t* __restrict__ h = hidden.data_ptr<scalar_t>() + i * H;
       const scalar_t* __restrict__ h_n = hidden_gates.data_ptr<scalar_t>() + i * hid_stride + 2 * H;
-      scalar_t* __restrict__ gi = grad_input_gates.data_ptr<scalar_t>() + i * gi_stride;
-      scalar_t* __restrict__ gh = grad_hidden_gates.data_ptr<scalar_t>() + i * gh_stride;
-      scalar_t* __restrict__ gk = grad_hidden.data_ptr<scalar_t>() + i * H;
-      for (int64_t j = 0; j < H; ++j) gru_element_backward(g_out[j], r[j], z[j], n[j], h[j], h_n[j], j, H, gk, gi, gh);
+      scalar_t* gi = grad_input_gates.data_ptr<scalar_t>() + i * gi_stride;
+      scalar_t* gh = grad_hidden_gates.data_ptr<scalar_t>() + i * gh_stride;
+      gru_row_backward(g_out, r, z, n, h, h_n, H, grad_hidden.data_ptr<scalar_t>() + i * H, gi, gi + H, gi + 2 * H,
+                       gh, gh + H, gh + 2 * H);
     }
   });
 }
