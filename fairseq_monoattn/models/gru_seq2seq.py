@@ -38,6 +38,7 @@ from ..modules.gru import bidirectional_gru, gru_update
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..modules.step_linear import StepLinear, with_feature_major, with_step_operands
+from ..modules.token_tables import TokenRows, embedding_rows, table_applies, token_map
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
     BOUNDARY_INITS,
@@ -262,10 +263,19 @@ class GRUEncoder(FairseqEncoder):
         tokens = kept_tokens_first(src_tokens, kept)
         batch, width = tokens.shape
         lengths = token_lengths + 2  # START and END
-        x = self.start.new_zeros(batch, width + 2, self.start.numel())
-        x[:, 0] = self.start
-        x[:, 1 : width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
-        x[torch.arange(batch, device=x.device), token_lengths + 1] = self.end
+        rows = torch.arange(batch, device=tokens.device)
+        vocabulary = self.embed_tokens.num_embeddings
+        if table_applies(self.embed_tokens, batch * (width + 2), extra_rows=2):
+            # the rows of [E; START; END] by index, the GRU's input gates once per row (token_tables.py)
+            ids = tokens.new_full((batch, width + 2), vocabulary)  # START
+            ids[:, 1 : width + 1] = tokens  # columns past a row's tokens are never read
+            ids[rows, token_lengths + 1] = vocabulary + 1  # END
+            x = TokenRows(ids, torch.cat([embedding_rows(self.embed_tokens), self.start[None], self.end[None]]))
+        else:
+            x = self.start.new_zeros(batch, width + 2, self.start.numel())
+            x[:, 0] = self.start
+            x[:, 1 : width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
+            x[rows, token_lengths + 1] = self.end
         # = self.rnn over the packed sequences, zero past each row's length
         encodings, final = bidirectional_gru(self.rnn, x, lengths)
         # e_cls of layer l = [last forward state ; last backward state] -> (layers, B, 2H)
@@ -416,12 +426,11 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 ],
                 dim=1,
             )
-        embedded = self.embed_tokens(prev_output_tokens)  # (B, T, E)
         cell = self.cells[0]
-        embed_dim = embedded.size(-1)
+        embed_dim = self.embed_tokens.embedding_dim
         # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
         # at once (it does not depend on the recurrence), the context's part step by step
-        input_gates = F.linear(embedded, cell.weight_ih[:, :embed_dim], cell.bias_ih)  # (B, T, 3H)
+        input_gates = token_map(self.embed_tokens, prev_output_tokens, cell.weight_ih[:, :embed_dim], cell.bias_ih)
         read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state, fold_value_output)
         steps = None
         if incremental_state is None and torch.is_grad_enabled() and read_weight.requires_grad:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from . import compiled
 from .positions import padding_mask, reversal_index
+from .token_tables import TokenRows
 
 
 class _GRUUpdate(torch.autograd.Function):
@@ -134,23 +135,33 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor,
     (one synchronisation per call on an accelerator, as ``pack_padded_sequence`` needs).
 
     Where the C++ kernels apply (``compiled.applies``; ``compiled_loop`` True or False decides
-    instead), the loop is one C++ call forward and one backward instead of a node per step."""
-    batch, width, _ = x.shape
-    packing = _Packing(lengths.to(x.device), width)
+    instead), the loop is one C++ call forward and one backward instead of a node per step.
+
+    x may also be ``TokenRows(ids, table)``, rows table[ids] not made: the first layer's input gates
+    are then W_ih table + b_ih, once per table row, read by each packed row (token_tables.py)."""
+    batch, width = x.ids.shape if isinstance(x, TokenRows) else x.shape[:2]
+    device = x.ids.device if isinstance(x, TokenRows) else x.device
+    packing = _Packing(lengths.to(device), width)
     finals = []
     for layer in range(rnn.num_layers):
-        forward_ih, backward_ih = _both_directions(rnn, "weight_ih", layer)
-        forward_bias, backward_bias = _both_directions(rnn, "bias_ih", layer)
-        rows = x.reshape(batch * width, -1)
-        input_gates = torch.stack(
-            [
-                F.linear(rows.index_select(0, packing.forward_inputs), forward_ih, forward_bias),
-                F.linear(rows.index_select(0, packing.backward_inputs), backward_ih, backward_bias),
+        directions = zip(
+            (packing.forward_inputs, packing.backward_inputs),
+            _both_directions(rnn, "weight_ih", layer),
+            _both_directions(rnn, "bias_ih", layer),
+        )
+        if isinstance(x, TokenRows):
+            ids = x.ids.reshape(-1)
+            gates = [
+                F.linear(x.table, weight, bias).index_select(0, ids.index_select(0, inputs))
+                for inputs, weight, bias in directions
             ]
-        )  # (2, total, 3H)
+        else:
+            rows = x.reshape(batch * width, -1)
+            gates = [F.linear(rows.index_select(0, inputs), weight, bias) for inputs, weight, bias in directions]
+        input_gates = torch.stack(gates)  # (2, total, 3H)
         hidden_weight = torch.stack(_both_directions(rnn, "weight_hh", layer))  # (2, 3H, H)
         hidden_bias = torch.stack(_both_directions(rnn, "bias_hh", layer))  # (2, 3H)
-        padding_state = x.new_zeros(2, 1, rnn.hidden_size)  # what padding positions read
+        padding_state = input_gates.new_zeros(2, 1, rnn.hidden_size)  # what padding positions read
         if compiled.applies(input_gates, hidden_weight, hidden_bias) if compiled_loop is None else compiled_loop:
             states = _PackedGRULoop.apply(input_gates, hidden_weight, hidden_bias, packing.sizes)
             states = torch.cat([states, padding_state], dim=1)  # (2, total + 1, H)
