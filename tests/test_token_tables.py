@@ -84,7 +84,7 @@ def test_a_model_computes_the_same_with_and_without_the_tables(arch, monkeypatch
         model = build(arch, dictionary, seed=3).double().train()
         taken = []
 
-        def choose(embedding, positions, extra_rows=0, tables=tables):
+        def choose(embedding, positions, extra_rows=0, tables=tables, taken=taken):
             taken.append(positions)
             return tables and embedding.num_embeddings + extra_rows < positions
 
