@@ -769,7 +769,8 @@ def test_the_cpp_step_nodes_refuse_what_they_cannot_compute():
     gates, hidden = torch.zeros(3, 12), torch.zeros(3, 4)
     with pytest.raises(RuntimeError, match="gates must be \\[3, 12\\] for a hidden state of \\[3, 4\\]"):
         kernels.gru_step(gates, torch.zeros(3, 9), hidden)
-    with pytest.raises(RuntimeError, match="dtype of the others"):
+    wrong_dtype = "gru_step: input_gates must be a CPU tensor of Float, not a cpu tensor of Double"
+    with pytest.raises(RuntimeError, match=wrong_dtype):
         kernels.gru_step(gates.double(), gates, hidden)
     positions, mask = torch.zeros(2, 5), torch.zeros(2, 5, dtype=torch.bool)
     with pytest.raises(RuntimeError, match="mu and sigma must be \\(2,\\)"):

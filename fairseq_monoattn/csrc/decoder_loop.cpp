@@ -170,11 +170,6 @@ Tensor transposed(const Tensor& m) {
   return out;
 }
 
-void check_loop_input(const Tensor& t, const char* name, const Tensor& like) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == like.scalar_type(), "decoder_loop: ", name,
-              " must be a CPU tensor of ", like.scalar_type());
-}
-
 }  // namespace
 
 std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden0, const Tensor& read_weight,
@@ -190,7 +185,7 @@ std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden
   for (const auto& [t, name] :
        {std::pair<const Tensor&, const char*>{input_gates, "input_gates"}, {read_weight, "read_weight"},
         {read_bias, "read_bias"}, {context_weight, "context_weight"}, {values, "values"}})
-    check_loop_input(t, name, hidden0);
+    check_cpu_input(t, std::string("decoder_loop: ") + name, hidden0);
   TORCH_CHECK(hidden0.dim() == 2 && input_gates.dim() == 3 && values.dim() == 3 && read_weight.dim() == 2,
               "decoder_loop: hidden0 (B, H), input_gates (B, T, 3H), values (B, S, D), read_weight (R, H)");
   const int64_t B = hidden0.size(0), H = hidden0.size(1), T = input_gates.size(1), G = 3 * H;
@@ -212,7 +207,7 @@ std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden
                   (keys.defined() || settings.has_location),
               "decoder_loop: the readout's sizes do not fit the keys and the location memory given");
   if (keys.defined()) {
-    check_loop_input(keys, "keys", hidden0);
+    check_cpu_input(keys, "decoder_loop: keys", hidden0);
     TORCH_CHECK(keys.dim() == 3 && keys.size(0) == B && keys.size(1) == S && keys.size(2) == columns.query,
                 "decoder_loop: keys must be (B, S, query size)");
   }
@@ -227,13 +222,13 @@ std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden
                 "decoder_loop: ", columns.heads, " location heads for the reference '", *reference, "'");
     for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{*positions, "positions"},
                                   {*step_size, "step_size"}, {*lengths, "lengths"}})
-      check_loop_input(t, name, hidden0);
+      check_cpu_input(t, std::string("decoder_loop: ") + name, hidden0);
     TORCH_CHECK(positions->sizes() == at::IntArrayRef({B, S}) && step_size->sizes() == at::IntArrayRef({B}) &&
                     lengths->sizes() == at::IntArrayRef({B}),
                 "decoder_loop: positions (B, S), step_size and lengths (B,)");
     if (settings.location.step_kind == StepKind::mono) {
       TORCH_CHECK(mono_gate.defined() && mono_gate.dim() == 0, "decoder_loop: mono needs its gate logit (a scalar)");
-      check_loop_input(mono_gate, "mono_gate", hidden0);
+      check_cpu_input(mono_gate, "decoder_loop: mono_gate", hidden0);
     }
     memory = FocusMemory{positions->contiguous(), padding_mask.contiguous(), step_size->contiguous(),
                          lengths->contiguous()};

@@ -28,13 +28,12 @@ using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-namespace {
-
-void check_step_input(const Tensor& t, const char* name, const Tensor& like) {
-  TORCH_CHECK(t.device().is_cpu(), name, " must be on the CPU");
-  TORCH_CHECK(t.scalar_type() == like.scalar_type(), name, " must have the dtype of the others (",
-              like.scalar_type(), "), not ", t.scalar_type());
+void check_cpu_input(const Tensor& t, const std::string& name, const Tensor& like) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == like.scalar_type(), name, " must be a CPU tensor of ",
+              like.scalar_type(), ", not a ", t.device().type(), " tensor of ", t.scalar_type());
 }
+
+namespace {
 
 // rows of a 2-D tensor whose last dimension is contiguous (a view of wider rows is fine)
 Tensor rows_of(const Tensor& t) { return t.stride(1) == 1 ? t : t.contiguous(); }
@@ -139,9 +138,9 @@ namespace {
 struct GRUStep : public torch::autograd::Function<GRUStep> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input_gates_in, const Tensor& hidden_gates_in,
                         const Tensor& hidden_in) {
-    check_step_input(hidden_in, "gru_step: hidden", hidden_in);
-    check_step_input(input_gates_in, "gru_step: input_gates", hidden_in);
-    check_step_input(hidden_gates_in, "gru_step: hidden_gates", hidden_in);
+    check_cpu_input(hidden_in, "gru_step: hidden", hidden_in);
+    check_cpu_input(input_gates_in, "gru_step: input_gates", hidden_in);
+    check_cpu_input(hidden_gates_in, "gru_step: hidden_gates", hidden_in);
     TORCH_CHECK(hidden_in.dim() >= 1, "gru_step: the hidden state must have a feature dimension");
     const int64_t H = hidden_in.size(-1);
     std::vector<int64_t> gate_shape = hidden_in.sizes().vec();
@@ -221,9 +220,9 @@ void gaussian_focus_backward_row(const T* __restrict__ w, const T* __restrict__ 
 struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
   static Tensor forward(AutogradContext* ctx, const Tensor& positions_in, const Tensor& mu_in, const Tensor& sigma_in,
                         const Tensor& padding_mask_in) {
-    check_step_input(positions_in, "softmax_gaussian: positions", positions_in);
-    check_step_input(mu_in, "softmax_gaussian: mu", positions_in);
-    check_step_input(sigma_in, "softmax_gaussian: sigma", positions_in);
+    check_cpu_input(positions_in, "softmax_gaussian: positions", positions_in);
+    check_cpu_input(mu_in, "softmax_gaussian: mu", positions_in);
+    check_cpu_input(sigma_in, "softmax_gaussian: sigma", positions_in);
     check_focus_memory(positions_in, padding_mask_in, "softmax_gaussian");
     const int64_t B = positions_in.size(0);
     TORCH_CHECK(mu_in.dim() == 1 && mu_in.size(0) == B && sigma_in.dim() == 1 && sigma_in.size(0) == B,
@@ -485,7 +484,7 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
                                     sigma_min, clamp_slope};
     for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{heads_in, "heads"}, {previous, "previous"},
                                   {step_size, "step_size"}, {lengths, "lengths"}})
-      check_step_input(t, (std::string("location_focus: ") + name).c_str(), positions);
+      check_cpu_input(t, std::string("location_focus: ") + name, positions);
     check_focus_memory(positions, padding_mask, "location_focus");
     const int64_t B = positions.size(0), num_heads = 2 + reference_heads(settings.reference);
     TORCH_CHECK(heads_in.dim() == 2 && heads_in.size(0) == B && heads_in.size(1) == num_heads,
@@ -493,7 +492,7 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
     TORCH_CHECK(previous.dim() == 1 && previous.size(0) == B && step_size.sizes() == previous.sizes() &&
                     lengths.sizes() == previous.sizes(),
                 "location_focus: previous, step_size and lengths must be (", B, ",), one a row");
-    if (settings.step_kind == StepKind::mono) check_step_input(mono_gate, "location_focus: mono_gate", positions);
+    if (settings.step_kind == StepKind::mono) check_cpu_input(mono_gate, "location_focus: mono_gate", positions);
     const FocusMemory memory{positions.contiguous(), padding_mask.contiguous(), step_size.contiguous(),
                              lengths.contiguous()};
     const LocationPass pass = location_forward(heads_in, previous, mono_gate, memory, settings, step);
@@ -633,7 +632,7 @@ struct MixedFocus : public torch::autograd::Function<MixedFocus> {
                                const Tensor& positions) {
     for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{scores, "scores"}, {location, "location"},
                                   {mix_logit, "mix_logit"}})
-      check_step_input(t, (std::string("mixed_focus: ") + name).c_str(), positions);
+      check_cpu_input(t, std::string("mixed_focus: ") + name, positions);
     check_focus_memory(positions, padding_mask, "mixed_focus");
     TORCH_CHECK(scores.sizes() == positions.sizes() && location.sizes() == positions.sizes(),
                 "mixed_focus: scores and location must be (rows, source positions) like positions");

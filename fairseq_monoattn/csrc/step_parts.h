@@ -85,4 +85,8 @@ void mixed_backward(const MixPass& pass, const at::Tensor& positions, double tem
 //    (B, S) and g = dL/dw, both contiguous, into grad_scores (B, S) contiguous
 void softmax_backward(const at::Tensor& weights, const at::Tensor& grad, at::Tensor& grad_scores);
 
+// -- an input of a node or of the loop: a CPU tensor of like's dtype, or an error naming it
+//    ("<node>: <name> must be a CPU tensor of Float, not a cuda tensor of Float")
+void check_cpu_input(const at::Tensor& t, const std::string& name, const at::Tensor& like);
+
 }  // namespace fairseq_monoattn
