@@ -103,3 +103,34 @@ def test_a_model_computes_the_same_with_and_without_the_tables(arch, monkeypatch
     for name in want_grads:
         assert torch.allclose(got_grads[name], want_grads[name], rtol=0, atol=1e-12), name
     assert want_grads["encoder.embed_tokens.weight"][dictionary.pad()].abs().sum() == 0
+
+
+def test_decoding_makes_the_table_once_and_steps_as_the_full_pass(monkeypatch):
+    """Incremental decoding keeps the decoder's table in its state: made at the first step that
+    has more positions than the vocabulary has rows, read by every later step, and the logits of
+    every step equal the full pass's (float64)."""
+    import fairseq_monoattn.models.gru_seq2seq as gru_seq2seq
+
+    dictionary = digit_dictionary()
+    sources = [list("31415926"), list("2718"), list("14142")] * 6  # 18 rows: more than 14 symbols
+    sample = batch(dictionary, sources, [s[::-1] for s in sources])
+    model = build("gru_mix_monoattn", dictionary, seed=5).double()
+    made = []
+    real = token_tables.token_table
+
+    def counting(*args, **kwargs):
+        made.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gru_seq2seq, "token_table", counting)
+    net_input = sample["net_input"]
+    with torch.no_grad():
+        encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+        full, _ = model.decoder(net_input["prev_output_tokens"], encoder_out)
+        state = {}
+        steps = [
+            model.decoder(net_input["prev_output_tokens"][:, : t + 1], encoder_out, incremental_state=state)[0]
+            for t in range(net_input["prev_output_tokens"].size(1))
+        ]
+    assert len(made) == 1
+    assert torch.allclose(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)

@@ -38,7 +38,7 @@ from ..modules.gru import bidirectional_gru, gru_update
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..modules.step_linear import StepLinear, with_feature_major, with_step_operands
-from ..modules.token_tables import TokenRows, embedding_rows, table_applies, token_map
+from ..modules.token_tables import TokenRows, embedding_rows, table_applies, token_map, token_table
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from .options import (
     BOUNDARY_INITS,
@@ -426,11 +426,9 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 ],
                 dim=1,
             )
-        cell = self.cells[0]
-        embed_dim = self.embed_tokens.embedding_dim
         # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
         # at once (it does not depend on the recurrence), the context's part step by step
-        input_gates = token_map(self.embed_tokens, prev_output_tokens, cell.weight_ih[:, :embed_dim], cell.bias_ih)
+        input_gates = self.embedding_gates(prev_output_tokens, incremental_state)  # (B, T, 3H)
         read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state, fold_value_output)
         steps = None
         if incremental_state is None and torch.is_grad_enabled() and read_weight.requires_grad:
@@ -450,6 +448,20 @@ class GRUDecoder(FairseqIncrementalDecoder):
         if self.need_attn and not self.training:
             attn = source_layout_attention(attention, encoder_out)
         return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
+
+    def embedding_gates(self, tokens, incremental_state=None):
+        """The embedding's part of the first layer's input gates, W_e e(y) + b_i, for every token
+        (token_tables.py).  Decoding keeps the table of every vocabulary row in its state once a
+        step has made it: the weights do not change between the steps of one decoding."""
+        cell = self.cells[0]
+        weight, bias = cell.weight_ih[:, : self.embed_tokens.embedding_dim], cell.bias_ih
+        if incremental_state is None:
+            return token_map(self.embed_tokens, tokens, weight, bias)
+        table = self.get_incremental_state(incremental_state, "token_table")
+        if table is None and table_applies(self.embed_tokens, tokens.numel()):
+            table = token_table(self.embed_tokens, weight, bias)
+            self.set_incremental_state(incremental_state, "token_table", table)
+        return F.linear(self.embed_tokens(tokens), weight, bias) if table is None else F.embedding(tokens, table)
 
     def steps(self, input_gates, hidden, location, read_weight, read_bias, sizes, context_weight, memory, first_step,
               incremental_state):  # fmt: skip

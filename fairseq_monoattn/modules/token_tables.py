@@ -53,11 +53,16 @@ def embedding_rows(embedding: nn.Embedding) -> torch.Tensor:
     return torch.where(padding, weight.detach(), weight)
 
 
+def token_table(embedding: nn.Embedding, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """T = E W^T + b (V, k): the map of every vocabulary row, which a position reads as T[y]."""
+    return F.linear(embedding_rows(embedding), weight, bias)
+
+
 def token_map(
     embedding: nn.Embedding, tokens: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """W E[tokens] + b (tokens' shape, k), through the table of every vocabulary row when that is
     smaller (``table_applies``); the same function either way."""
     if table_applies(embedding, tokens.numel()):
-        return F.embedding(tokens, F.linear(embedding_rows(embedding), weight, bias))
+        return F.embedding(tokens, token_table(embedding, weight, bias))
     return F.linear(embedding(tokens), weight, bias)
