@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from model_helpers import location_attention
+from model_helpers import build, location_attention
 
 from fairseq_monoattn.modules import (
     ContentScores,
@@ -356,6 +356,68 @@ def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dt
         assert (g - w).abs().max() <= tolerance * 10 * max(1.0, w.abs().max().item())
 
 
+@pytest.mark.parametrize("compiled", gru_loops())
+def test_state_noise_is_added_to_every_state_the_next_step_reads(compiled):
+    """With state_noise s the loop computes h_t = GRU(x_t, h_{t-1}) + s eps_t from the noisy h_{t-1},
+    eps one draw of torch's generator (2, packed rows, H) per layer: replayed here row by row with
+    torch's GRUCell and the same draw, in float64; gradients as autograd's through that replay."""
+    from fairseq_monoattn.modules.gru import _Packing, bidirectional_gru
+
+    torch.manual_seed(0)
+    rnn = torch.nn.GRU(5, 3, batch_first=True, bidirectional=True).double()
+    lengths = torch.tensor([4, 1, 6, 3])
+    x = torch.randn(4, 6, 5, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(11)
+    got, got_final = bidirectional_gru(rnn, x, lengths, compiled_loop=compiled, state_noise=0.3)
+    torch.manual_seed(11)
+    packing = _Packing(lengths, 6)
+    eps = 0.3 * torch.randn(2, packing.total, 3, dtype=torch.float64)
+    # packed row k of step t is sorted row r = k - start(t); rows sorted by length, longest first
+    order = torch.sort(lengths, descending=True, stable=True).indices.tolist()
+    starts = [sum(packing.sizes[:t]) for t in range(len(packing.sizes))]
+    want = torch.zeros(4, 6, 6, dtype=torch.float64)
+    finals = torch.zeros(2, 4, 3, dtype=torch.float64)
+    for direction, suffix in enumerate(("", "_reverse")):
+        cell = torch.nn.GRUCell(5, 3).double()
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            setattr(cell, name, getattr(rnn, f"{name}_l0{suffix}"))
+        for b in range(4):
+            n, r, h = int(lengths[b]), order.index(b), torch.zeros(3, dtype=torch.float64)
+            for t in range(n):
+                p = t if direction == 0 else n - 1 - t
+                h = cell(x[b, p], h) + eps[direction, starts[t] + r]
+                want[b, p, 3 * direction : 3 * direction + 3] = h
+            finals[direction, b] = h
+    assert (got - want).abs().max() < 1e-13 and (got_final - finals).abs().max() < 1e-13
+    assert (got - bidirectional_gru(rnn, x, lengths, compiled_loop=compiled)[0]).abs().max() > 0.1
+    params = [x] + list(rnn.parameters())
+    weights = torch.randn(want.shape, dtype=torch.float64)
+    want_grads = torch.autograd.grad((want * weights).sum() + finals.pow(2).sum(), params)
+    got_grads = torch.autograd.grad((got * weights).sum() + got_final.pow(2).sum(), params)
+    for g, w in zip(got_grads, want_grads):
+        assert (g - w).abs().max() < 1e-12
+
+
+def test_the_encoder_adds_its_state_noise_in_training_only():
+    """--encoder-state-noise changes the encodings in training mode (each call another draw) and
+    leaves evaluation exactly as without it; a negative value is refused, naming the option."""
+    from fairseq_monoattn.models.options import OptionError, check_options
+
+    model, plain = build("gru_monoattn", encoder_state_noise=0.2), build("gru_monoattn")
+    assert torch.equal(model.state_dict()["encoder.rnn.weight_hh_l0"], plain.state_dict()["encoder.rnn.weight_hh_l0"])
+    src = torch.tensor([[5, 6, 7, 8, 2], [1, 1, 6, 7, 2]])
+    lengths = torch.tensor([5, 3])
+    model.eval(), plain.eval()
+    assert torch.equal(model.encoder(src, lengths)["encodings"], plain.encoder(src, lengths)["encodings"])
+    model.train(), plain.train()
+    model.encoder.dropout_out.p = plain.encoder.dropout_out.p = 0.0
+    first, second = (model.encoder(src, lengths)["encodings"] for _ in range(2))
+    clean = plain.encoder(src, lengths)["encodings"]
+    assert (first - clean).abs().max() > 0.05 and (first - second).abs().max() > 0.05
+    with pytest.raises(OptionError, match="encoder-state-noise"):
+        check_options({"encoder_state_noise": -0.1})
+
+
 @pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
 def test_the_compiled_packing_plan_is_the_python_plan():
     """Where each row and position of a batch goes when the encoder steps it packed, from one C++ call:
@@ -400,6 +462,8 @@ def test_the_compiled_gru_loop_refuses_what_it_cannot_step():
         kernels.packed_gru_forward(gates, torch.zeros(2, 12, 5), bias, [3, 2])
     with pytest.raises(RuntimeError, match="contiguous"):
         kernels.packed_gru_forward(gates.transpose(0, 1), weight, bias, [3, 2])
+    with pytest.raises(RuntimeError, match="noise must be \\(directions, total, hidden\\)"):
+        kernels.packed_gru_forward(gates, weight, bias, [3, 2], torch.zeros(2, 5, 3))
 
 
 def test_a_step_linear_gives_the_gradients_of_the_plain_products(kernels):

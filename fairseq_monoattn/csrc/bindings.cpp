@@ -5,7 +5,9 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace fairseq_monoattn;
   m.doc() = "The plugin's C++ kernels (fairseq_monoattn.modules.compiled says when they run)";
-  m.def("packed_gru_forward", &packed_gru_forward, "states and saved gates of a packed GRU loop");
+  m.def("packed_gru_forward", &packed_gru_forward, "states and saved gates of a packed GRU loop (noise: added to each state)",
+        pybind11::arg("input_gates"), pybind11::arg("weight"), pybind11::arg("bias"), pybind11::arg("sizes"),
+        pybind11::arg("noise") = pybind11::none());
   m.def("packed_gru_backward", &packed_gru_backward, "gradients of a packed GRU loop");
   m.def("packing_plan", &packing_plan, "the step sizes and the index tensors of a packed batch (modules/gru.py)");
   m.def("gru_step", &gru_step, "one GRU update h' from its gates' pre-activations, as one autograd node");

@@ -55,7 +55,8 @@ void gru_row_update(const T* __restrict__ h, const T* __restrict__ n, const T* _
 
 // The encoder's GRU time loop over packed rows (packed_gru.cpp).
 std::vector<at::Tensor> packed_gru_forward(const at::Tensor& input_gates, const at::Tensor& weight,
-                                              const at::Tensor& bias, const std::vector<int64_t>& sizes);
+                                              const at::Tensor& bias, const std::vector<int64_t>& sizes,
+                                              const std::optional<at::Tensor>& noise);
 std::vector<at::Tensor> packed_gru_backward(const at::Tensor& grad_states, const at::Tensor& states,
                                                const at::Tensor& saved, const at::Tensor& weight,
                                                const std::vector<int64_t>& sizes);

@@ -96,14 +96,22 @@ std::tuple<std::vector<int64_t>, std::vector<Tensor>> packing_plan(const Tensor&
   return {sizes, {forward_inputs, backward_inputs, forward_outputs, backward_outputs, finals}};
 }
 
-// Forward.  input_gates (D, total, 3H), weight (D, 3H, H) = W_hh, bias (D, 3H) = b_hh.
-// Returns the states (D, total, H) and what the backward pass needs: the gates r, z, n and
-// h_n (D, total, 4H).
+// Forward.  input_gates (D, total, 3H), weight (D, 3H, H) = W_hh, bias (D, 3H) = b_hh; noise
+// (D, total, H) or None: added to each state after its step, h' = (h - n) z + n + noise, the
+// state the next step reads (the backward reads the states as stored, so it needs nothing more:
+// the noise is a constant of the loop).  Returns the states (D, total, H) and what the backward
+// pass needs: the gates r, z, n and h_n (D, total, 4H).
 std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& weight, const Tensor& bias,
-                                       const std::vector<int64_t>& sizes) {
+                                       const std::vector<int64_t>& sizes, const std::optional<Tensor>& noise) {
   check_input(input_gates, "input_gates", 3);
   check_input(weight, "weight", 3);
   check_input(bias, "bias", 2);
+  if (noise.has_value()) {
+    check_input(*noise, "noise", 3);
+    TORCH_CHECK(noise->size(0) == input_gates.size(0) && noise->size(1) == input_gates.size(1) &&
+                    noise->size(2) == weight.size(2) && noise->scalar_type() == input_gates.scalar_type(),
+                "packed_gru: noise must be (directions, total, hidden) of the gates' type");
+  }
   const int64_t directions = input_gates.size(0), total = input_gates.size(1), hidden = weight.size(2);
   TORCH_CHECK(input_gates.size(2) == 3 * hidden && weight.size(1) == 3 * hidden && bias.size(1) == 3 * hidden,
               "packed_gru: the gates must have 3 * hidden = ", 3 * hidden, " features");
@@ -133,6 +141,7 @@ std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& 
     scalar_t* candidate_ = candidate.data_ptr<scalar_t>();
     scalar_t* states_ = states.data_ptr<scalar_t>();
     scalar_t* saved_ = saved.data_ptr<scalar_t>();
+    const scalar_t* noise_ = noise.has_value() ? noise->data_ptr<scalar_t>() : nullptr;
     for (size_t t = 0; t < sizes.size(); ++t) {
       const int64_t rows = sizes[t], start = starts[t];
       for (int64_t d = 0; d < directions; ++d) {  // W_hh h (the bias is added below)
@@ -171,6 +180,10 @@ std::vector<Tensor> packed_gru_forward(const Tensor& input_gates, const Tensor& 
           scalar_t* __restrict__ h_new = states_ + (d * total + start + i) * H;
           scalar_t* __restrict__ keep = saved_ + (d * total + start + i) * 4 * H;
           gru_row_update(h, n, z, H, h_new);
+          if (noise_ != nullptr) {
+            const scalar_t* __restrict__ e = noise_ + (d * total + start + i) * H;
+            for (int64_t j = 0; j < H; ++j) h_new[j] += e[j];
+          }
           std::copy_n(r, 2 * H, keep);  // r, z
           std::copy_n(n, H, keep + 2 * H);
           std::copy_n(h_n, H, keep + 3 * H);

@@ -128,6 +128,7 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
             boundary_init=cfg.boundary_init,
             keep_source_eos=cfg.source_eos,
             max_positions=cfg.max_source_positions,
+            state_noise=cfg.encoder_state_noise,
         )
         attention = build_cross_attention(cfg, encoder.output_dim, decoder_hidden_size)
         decoder = GRUDecoder(
@@ -233,10 +234,12 @@ class GRUEncoder(FairseqEncoder):
         boundary_init: str = "normal",
         keep_source_eos: bool = True,
         max_positions: int = 1024,
+        state_noise: float = 0.0,
     ):
         """hidden_size: GRU size per direction; dropout: on the encodings; boundary_init: START /
         END drawn from N(0, 1/dim) ("normal") or "zeros"; keep_source_eos: the source's </s> is
-        an encoder position (between the tokens and END)."""
+        an encoder position (between the tokens and END); state_noise: in training, the standard
+        deviation of the noise added to the GRUs' state after every step (``bidirectional_gru``)."""
         super().__init__(dictionary)
         check_choice("boundary-init", boundary_init, BOUNDARY_INITS)
         embed_dim = embed_tokens.embedding_dim
@@ -252,6 +255,7 @@ class GRUEncoder(FairseqEncoder):
         self.output_dim = 2 * hidden_size
         self.dropout_out = Dropout(dropout)
         self._max_positions = max_positions
+        self.state_noise = state_noise
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
         """src_tokens (B, T), left- or right-padded: each row's kept tokens are moved to the
@@ -277,7 +281,8 @@ class GRUEncoder(FairseqEncoder):
             x[:, 1 : width + 1] = self.embed_tokens(tokens)  # columns past a row's tokens are never read
             x[rows, token_lengths + 1] = self.end
         # = self.rnn over the packed sequences, zero past each row's length
-        encodings, final = bidirectional_gru(self.rnn, x, lengths)
+        noise = self.state_noise if self.training else 0.0
+        encodings, final = bidirectional_gru(self.rnn, x, lengths, state_noise=noise)
         # e_cls of layer l = [last forward state ; last backward state] -> (layers, B, 2H)
         final = final.view(self.num_layers, 2, batch, -1)
         summary = torch.cat([final[:, 0], final[:, 1]], dim=-1)

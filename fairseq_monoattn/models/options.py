@@ -76,6 +76,14 @@ class GRUSeq2SeqOptions:
         None, "key/query/value size (default: the decoder hidden size)", check=positive, requirement="> 0"
     )
     dropout: float = option(0.5, "dropout on the encoder outputs", check=probability, requirement="in [0, 1)")
+    encoder_state_noise: float = option(
+        0.0,
+        "in training, Gaussian noise of this standard deviation added to the encoder GRUs' state after every "
+        "step (beyond the paper: a state that integrates over the steps, such as a count of them, cannot carry "
+        "it through the noise; docs/results/headline.md)",
+        check=non_negative,
+        requirement=">= 0",
+    )
     decoder_dropout: float = option(0.0, "dropout on the decoder outputs", check=probability, requirement="in [0, 1)")
     # embeddings and initialisation
     share_decoder_input_output_embed: bool = option(True, "tie the output projection to the target embeddings")

@@ -56,8 +56,8 @@ class _PackedGRULoop(torch.autograd.Function):
     forward and backward in C++: the same function as stepping ``gru_update``."""
 
     @staticmethod
-    def forward(ctx, input_gates, weight, bias, sizes):
-        states, saved = compiled.kernels.packed_gru_forward(input_gates, weight, bias, sizes)
+    def forward(ctx, input_gates, weight, bias, sizes, noise=None):
+        states, saved = compiled.kernels.packed_gru_forward(input_gates, weight, bias, sizes, noise)
         ctx.sizes = sizes
         ctx.save_for_backward(states, saved, weight)
         return states
@@ -69,7 +69,7 @@ class _PackedGRULoop(torch.autograd.Function):
         grad_input_gates, grad_weight, grad_bias = compiled.kernels.packed_gru_backward(
             grad, states, saved, weight, ctx.sizes
         )
-        return grad_input_gates, grad_weight, grad_bias, None
+        return grad_input_gates, grad_weight, grad_bias, None, None
 
 
 def _both_directions(rnn: torch.nn.GRU, name: str, layer: int):
@@ -121,7 +121,9 @@ class _Packing:
         self.finals = starts[lengths - 1] + rank  # each row's last step
 
 
-def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, compiled_loop=None):
+def bidirectional_gru(
+    rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, compiled_loop=None, state_noise: float = 0.0
+):
     """What ``rnn(pack_padded_sequence(x, lengths))`` computes, for a batch-first bidirectional
     ``nn.GRU`` and right-padded x (B, T, D): outputs (B, T, 2H), zero past each row's length, and
     the final states (layers * 2, B, H), with rnn's own parameters.
@@ -138,7 +140,11 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor,
     instead), the loop is one C++ call forward and one backward instead of a node per step.
 
     x may also be ``TokenRows(ids, table)``, rows table[ids] not made: the first layer's input gates
-    are then W_ih table + b_ih, once per table row, read by each packed row (token_tables.py)."""
+    are then W_ih table + b_ih, once per table row, read by each packed row (token_tables.py).
+
+    state_noise s > 0: every state, after its step, gets N(0, s^2) noise added, h_t = GRU(x_t,
+    h_{t-1}) + s eps_t, which the next step reads (the noise of a layer is one draw of torch's
+    generator, (2, packed rows, H), the same in both loops)."""
     batch, width = x.ids.shape if isinstance(x, TokenRows) else x.shape[:2]
     device = x.ids.device if isinstance(x, TokenRows) else x.device
     packing = _Packing(lengths.to(device), width)
@@ -162,11 +168,15 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor,
         hidden_weight = torch.stack(_both_directions(rnn, "weight_hh", layer))  # (2, 3H, H)
         hidden_bias = torch.stack(_both_directions(rnn, "bias_hh", layer))  # (2, 3H)
         padding_state = input_gates.new_zeros(2, 1, rnn.hidden_size)  # what padding positions read
+        noise = None
+        if state_noise > 0:
+            noise = torch.randn(2, packing.total, rnn.hidden_size, dtype=input_gates.dtype, device=input_gates.device)
+            noise.mul_(state_noise)
         if compiled.applies(input_gates, hidden_weight, hidden_bias) if compiled_loop is None else compiled_loop:
-            states = _PackedGRULoop.apply(input_gates, hidden_weight, hidden_bias, packing.sizes)
+            states = _PackedGRULoop.apply(input_gates, hidden_weight, hidden_bias, packing.sizes, noise)
             states = torch.cat([states, padding_state], dim=1)  # (2, total + 1, H)
         else:
-            states = _python_loop(input_gates, hidden_weight, hidden_bias, packing.sizes) + [padding_state]
+            states = _python_loop(input_gates, hidden_weight, hidden_bias, packing.sizes, noise) + [padding_state]
             states = torch.cat(states, dim=1)  # (2, total + 1, H)
         finals.append(states.index_select(1, packing.finals))
         x = torch.cat(
@@ -179,15 +189,19 @@ def bidirectional_gru(rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor,
     return x, torch.cat(finals)
 
 
-def _python_loop(input_gates, hidden_weight, hidden_bias, sizes):
+def _python_loop(input_gates, hidden_weight, hidden_bias, sizes, noise=None):
     """The states of each step of ``bidirectional_gru``'s loop: per step one batched product
-    W_hh h + b_hh for both directions and one ``gru_update`` node."""
+    W_hh h + b_hh for both directions and one ``gru_update`` node (and the step's rows of
+    ``noise`` added, when given)."""
     hidden_weight, hidden_bias = hidden_weight.transpose(1, 2), hidden_bias.unsqueeze(1)  # (2, H, 3H), (2, 1, 3H)
     hidden = input_gates.new_zeros(2, sizes[0], hidden_weight.size(1))
+    step_noise = noise.split(sizes, dim=1) if noise is not None else [None] * len(sizes)
     states = []
-    for gates, size in zip(input_gates.split(sizes, dim=1), sizes):
+    for gates, size, added in zip(input_gates.split(sizes, dim=1), sizes, step_noise):
         if size != hidden.size(1):
             hidden = hidden[:, :size]  # the rows that ended at the last step leave the batch
         hidden = gru_update(gates, torch.baddbmm(hidden_bias, hidden, hidden_weight), hidden)
+        if added is not None:
+            hidden = hidden + added
         states.append(hidden)
     return states
