@@ -9,7 +9,7 @@ other encodings, and its encodings of a long input are unlike any it saw in trai
 
 for the forward half of the encodings (read left to right, so copy k + 1 follows copy k) and the
 backward half (read right to left: copy k follows copy k + 1).  With a direction gate, the gate's
-logit f_dir(e_cls) (g = sigmoid(beta f)) is given for 1 .. k copies: the summary e_cls of a
+logit beta f_dir(e_cls) (g = sigmoid(logit)) is given for 1 .. k copies: the summary e_cls of a
 settled encoder does not change with the number of copies.
 
     from fairseq_monoattn.attention_maps import load_checkpoint
@@ -33,24 +33,15 @@ class SettlingReport:
     copy_length: int  # tokens in one copy of the source
     forward_drift: List[float]  # drift_k of the forward half, k = 0 .. copies - 2
     backward_drift: List[float]  # drift_k of the backward half, counted from the source's end
-    gate_logits: Optional[List[float]]  # f_dir(e_cls) of 1 .. copies copies, or None without a gate
+    gate_logits: Optional[List[float]]  # beta f_dir(e_cls) of 1 .. copies copies, or None without a gate
 
     def settled(self, tolerance: float = 1e-3) -> bool:
         """Every drift after the first copy's is below ``tolerance`` (both halves)."""
         return all(d < tolerance for d in self.forward_drift[1:] + self.backward_drift[1:])
 
 
-def _encodings(model, ids: torch.Tensor) -> torch.Tensor:
-    out = model.encoder(ids.unsqueeze(0), torch.tensor([ids.numel()]))
-    return out["encodings"][0]
-
-
-def _gate_logit(model, ids: torch.Tensor) -> Optional[float]:
-    gate = getattr(model.decoder.attention, "direction_gate", None)
-    if gate is None:
-        return None
-    summary = model.encoder(ids.unsqueeze(0), torch.tensor([ids.numel()]))["summary"][-1]
-    return float(gate.proj(summary).squeeze())
+def _encode(model, ids: torch.Tensor) -> dict:
+    return model.encoder(ids.unsqueeze(0), torch.tensor([ids.numel()]))
 
 
 def settling(model, dictionary, source: str, copies: int = 8) -> SettlingReport:
@@ -65,8 +56,8 @@ def settling(model, dictionary, source: str, copies: int = 8) -> SettlingReport:
     model.eval()
     try:
         with torch.no_grad():
-            tiled = torch.cat([one.repeat(copies), eos])
-            encodings = _encodings(model, tiled).double()
+            encoded = [_encode(model, torch.cat([one.repeat(k), eos])) for k in range(1, copies + 1)]
+            encodings = encoded[-1]["encodings"][0].double()
             half = encodings.size(-1) // 2
             tokens = encodings[1 : 1 + copies * n].view(copies, n, -1)  # skip START; copy k, position p
             forward, backward = tokens[..., :half], tokens[..., half:]
@@ -76,7 +67,8 @@ def settling(model, dictionary, source: str, copies: int = 8) -> SettlingReport:
                 float((backward[copies - 2 - k] - backward[copies - 1 - k]).norm(dim=-1).mean())
                 for k in range(copies - 1)
             ]
-            logits = [_gate_logit(model, torch.cat([one.repeat(k), eos])) for k in range(1, copies + 1)]
+            gate = getattr(model.decoder.attention, "direction_gate", None)
+            logits = None if gate is None else [float(gate.logit(out["summary"][-1])) for out in encoded]
     finally:
         model.train(was_training)
     return SettlingReport(
@@ -84,5 +76,5 @@ def settling(model, dictionary, source: str, copies: int = 8) -> SettlingReport:
         copy_length=n,
         forward_drift=forward_drift,
         backward_drift=backward_drift,
-        gate_logits=None if logits[0] is None else logits,
+        gate_logits=logits,
     )

@@ -23,10 +23,14 @@ class DirectionGate(nn.Module):
         self.hard = hard
         self.keep_end = keep_end
 
+    def logit(self, summary: torch.Tensor) -> torch.Tensor:
+        """beta * f_dir(e_cls) of shape (B,) from summary (B, Ds): the soft g is its sigmoid."""
+        return self.temperature * self.proj(summary).squeeze(-1)
+
     def gate(self, summary: torch.Tensor) -> torch.Tensor:
         """g = sigmoid(beta * f_dir(e_cls)) of shape (B,) from summary (B, Ds); with ``hard``,
         the value the encodings use: 0 or 1 (1 when g >= 1/2), with the soft g's gradient."""
-        soft = torch.sigmoid(self.temperature * self.proj(summary)).squeeze(-1)
+        soft = torch.sigmoid(self.logit(summary))
         if not self.hard:
             return soft
         return (soft >= 0.5).to(soft.dtype) + (soft - soft.detach())  # exactly 0 or 1 forward
