@@ -508,7 +508,7 @@ def test_a_preset_on_prepared_dedupe_data_without_the_source_end_marker_warns(tm
     and fairseq's Transformer, which has no such option, is never told."""
     import logging
 
-    from fairseq_monoattn.tasks.length_generalization import WARNED
+    from fairseq_monoattn.training_notes import WARNED
 
     rng = random.Random(0)
     for task in ("dedupe", "copy"):

@@ -56,7 +56,7 @@ from ..metrics import (
 )
 from ..optim import foreach_adam_step
 from ..recipes import DATASET_OPTIONS, TASK_DEFAULTS, option_words
-from ..training_notes import WARNED, warn_once  # noqa: F401  (WARNED: the tests clear it)
+from ..training_notes import warn_once
 from .batches import ArrayPairDataset
 
 logger = logging.getLogger(__name__)
