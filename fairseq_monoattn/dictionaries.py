@@ -6,7 +6,7 @@ wrong score without a word.
 Both models (``gru_seq2seq.py``, ``transformer_monoattn.py``) add a :class:`TrainedDictionaries`
 module when they are built for a task, whichever task it is (fairseq's ``translation``, the
 plugin's ``length_generalization``, under fairseq-train or fairseq-hydra-train).  It keeps each
-side's symbols as a buffer, so the checkpoint's ``model`` state holds them; loading that state
+side's symbols as a buffer (their UTF-8 bytes), so the checkpoint's ``model`` state holds them; loading that state
 into a model built on the data's dictionaries (fairseq-generate, fairseq-interactive,
 fairseq-monoattn-score, fairseq-monoattn-plot-attention, ``from_pretrained``, resuming a
 training) compares them symbol for symbol first.  Checkpoints written before the symbols were
@@ -91,15 +91,16 @@ SEPARATOR = "\n"  # no symbol of a fairseq dictionary holds one (dict.txt is a s
 
 
 def encode_symbols(names: Sequence[str]) -> torch.Tensor:
-    """The symbols as one uint8 tensor (UTF-8, a newline between two), for a buffer."""
+    """The symbols as one tensor of their UTF-8 bytes (a newline between two), for a buffer: int32,
+    so that fairseq's checkpoint averaging (the sum of N states, divided by N) keeps them."""
     data = SEPARATOR.join(names).encode("utf-8")
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone() if data else torch.zeros(0, dtype=torch.uint8)
+    return torch.tensor(list(data), dtype=torch.int32)
 
 
 def decode_symbols(tensor: torch.Tensor) -> List[str]:
     """:func:`encode_symbols` undone; a state converted to another dtype (``.double()``, an EMA copy
     in float32) holds the same byte values."""
-    data = bytes(tensor.detach().to("cpu", torch.uint8).tolist())
+    data = bytes(tensor.detach().to("cpu", torch.float64).round().long().tolist())
     return data.decode("utf-8").split(SEPARATOR) if data else []
 
 

@@ -126,11 +126,14 @@ def test_a_location_preset_trained_under_the_translation_task_is_told_once_what_
 # --- the mechanism, in-process --------------------------------------------------------------------
 
 
-def test_symbols_survive_the_buffer_and_a_change_of_dtype():
+def test_symbols_survive_the_buffer_a_change_of_dtype_and_averaging():
     names = ["<s>", "<pad>", "</s>", "<unk>", "a b", "é", "@@", "madeupword0000"]
     assert decode_symbols(encode_symbols(names)) == names
     assert decode_symbols(encode_symbols(names).double()) == names  # a state converted with .double()
     assert decode_symbols(encode_symbols([])) == []
+    states = [build("gru_onestep", seed=seed).state_dict() for seed in range(3)]
+    averaged = sum(state["dictionaries.target"] for state in states) // 3  # fairseq's average_checkpoints
+    assert decode_symbols(averaged) == list(digit_dictionary().symbols)
 
 
 def reordered_digits():
