@@ -317,6 +317,7 @@ def write_fairseq_checkpoint(converted: ConvertedModel, data_bin, out, source: O
 
     import fairseq_monoattn
 
+    from .dictionaries import is_dictionary_entry
     from .recipes import PAPER_RECIPE
 
     fairseq_monoattn.register()
@@ -330,7 +331,9 @@ def write_fairseq_checkpoint(converted: ConvertedModel, data_bin, out, source: O
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
-    problem = compare_shapes(converted.state_dict, model.state_dict())
+    # the model's own entries beside the weights: the data's dictionaries, which the checkpoint keeps
+    weights = {k: v for k, v in model.state_dict().items() if not is_dictionary_entry(k)}
+    problem = compare_shapes(converted.state_dict, weights)
     if problem:
         raise ReleaseConversionError(f"the converted weights do not fit {converted.arch}: {problem}")
     model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in converted.state_dict.items()})

@@ -111,8 +111,8 @@ def load_checkpoint(checkpoint, data_bin, user_dir=None, dtype: Optional[torch.d
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [str(checkpoint)], arg_overrides={"data": str(data_bin)}, state=state
         )
-    except DictionaryMismatch as error:
-        raise CheckpointError(f"{checkpoint} does not fit {data_bin}: {error}") from None
+    except DictionaryMismatch as error:  # it names the checkpoint and the data's dictionary file
+        raise CheckpointError(str(error)) from None
     except (RuntimeError, KeyError, ValueError) as error:
         raise CheckpointError(f"{checkpoint}: cannot build its model on {data_bin}: {error}", usage=False) from None
     for model in models:

@@ -46,6 +46,27 @@ def preprocess(argv):
             handler.close()
 
 
+def rebinarized(data: Path, out: Path, edit, split: str = "test9", sides=("src", "tgt")) -> Path:
+    """A prepared data set's raw ``split`` binarized again by fairseq-preprocess as split "test",
+    with the dictionaries of ``sides`` changed by ``edit`` (a function of the list of dictionary
+    lines) and the others as they are, as a separate preprocessing run can."""
+    out.mkdir()
+    for side in ("src", "tgt"):
+        lines = (data / "bin" / f"dict.{side}.txt").read_text().splitlines()
+        lines = edit(lines) if side in sides else lines
+        (out / f"dict.{side}.txt").write_text("".join(line + "\n" for line in lines))
+    preprocess(
+        ["--source-lang", "src", "--target-lang", "tgt", "--testpref", data / "raw" / split, "--srcdict",
+         out / "dict.src.txt", "--tgtdict", out / "dict.tgt.txt", "--destdir", out / "bin", "--workers", "1"]
+    )  # fmt: skip
+    return out / "bin"
+
+
+def swapped(lines):
+    """A dictionary's first two symbol lines in the other order."""
+    return [lines[1], lines[0], *lines[2:]]
+
+
 def generate(argv, results_path: Path, subset: str):
     """fairseq-generate ARGV, in-process; returns the lines it writes."""
     args = options.parse_args_and_arch(

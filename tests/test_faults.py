@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fairseq_cli_helpers import TINY, preprocess, tiny_spec, with_tiny_data, write_copy_dataset
+from fairseq_cli_helpers import TINY, preprocess, rebinarized, swapped, tiny_spec, with_tiny_data, write_copy_dataset
 from forked_commands import THREAD_ENV, command
 
 from fairseq_monoattn.experiments.runs import run
@@ -130,24 +130,10 @@ def test_resuming_from_a_damaged_checkpoint_names_it(trained, tmp_path):
 # --- dictionaries -------------------------------------------------------------------------------
 
 
-def rebinarized(data: Path, out: Path, edit) -> Path:
-    """The data's raw text binarized again by fairseq-preprocess with dictionaries changed by
-    ``edit`` (a function of the list of dictionary lines), as a separate preprocessing run can."""
-    out.mkdir()
-    for side in ("src", "tgt"):
-        lines = (data / "bin" / f"dict.{side}.txt").read_text().splitlines()
-        (out / f"dict.{side}.txt").write_text("".join(line + "\n" for line in edit(lines)))
-    preprocess(
-        ["--source-lang", "src", "--target-lang", "tgt", "--testpref", data / "raw" / "test9", "--srcdict",
-         out / "dict.src.txt", "--tgtdict", out / "dict.tgt.txt", "--destdir", out / "bin", "--workers", "1"]
-    )  # fmt: skip
-    return out / "bin"
-
-
 @pytest.mark.parametrize(
     "edit, difference",
     [
-        (lambda lines: [lines[1], lines[0], *lines[2:]], "symbol 4 is"),  # two symbols swapped
+        (swapped, "symbol 4 is"),  # two symbols swapped
         (lambda lines: [*lines, "x 1"], "more symbols"),  # grown
         (lambda lines: lines[:-1], "more symbols"),  # shrunk
     ],
@@ -162,7 +148,7 @@ def test_a_checkpoint_is_refused_on_data_with_other_dictionaries(trained, tmp_pa
         "fairseq-monoattn-score", "--checkpoint", checkpoint, "--data", other, "--splits", "test", "--out", out
     )
     assert done.returncode == 2 and len(error_lines(done)) == 1, done.stderr
-    assert f"{checkpoint} does not fit {other}" in done.stderr and str(other / "dict.") in done.stderr
+    assert f"{checkpoint} was trained with another source dictionary than {other / 'dict.src.txt'}" in done.stderr
     assert difference in done.stderr and not out.exists()
     generate = command(
         "fairseq-generate",
@@ -178,8 +164,34 @@ def test_a_checkpoint_is_refused_on_data_with_other_dictionaries(trained, tmp_pa
         "--beam",
         "1",
     )
-    assert generate.returncode == 1 and "was trained with another" in generate.stderr
-    assert "Traceback" not in generate.stderr
+    assert generate.returncode == 1 and "Traceback" not in generate.stderr
+    (line,) = [line for line in generate.stderr.splitlines() if line.startswith("error:")]
+    assert line.endswith(error_lines(done)[0].split("error: ", 1)[1])  # the same message
+
+
+def test_checkpoints_from_before_the_models_kept_their_dictionaries_still_load(trained, tmp_path):
+    """Without stored symbols a checkpoint loads as before; with them in the length_generalization
+    task's state (where that task kept them before the models did) it is still compared."""
+    from fairseq_monoattn.dictionaries import SIDES, decode_symbols
+
+    _, _, _, record, data, checkpoint = trained
+    state = torch.load(checkpoint, weights_only=False)
+    kept = {side: decode_symbols(state["model"].pop(f"dictionaries.{side}")) for side in SIDES}
+    older = tmp_path / "without-symbols.pt"
+    torch.save(state, older)
+    out = tmp_path / "scores.json"
+    done = command("fairseq-monoattn-score", "--checkpoint", older, "--data", data / "bin", "--splits", "test9",
+                   "--out", out)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["splits"]["test9"]["accuracy"] == record["splits"]["test9"]["accuracy"]
+    state["task_state"]["dictionaries"] = kept
+    in_task_state = tmp_path / "symbols-in-the-task-state.pt"
+    torch.save(state, in_task_state)
+    other = rebinarized(data, tmp_path / "other", swapped, sides=("tgt",))
+    done = command("fairseq-monoattn-score", "--checkpoint", in_task_state, "--data", other, "--splits", "test",
+                   "--out", tmp_path / "other.json")  # fmt: skip
+    assert done.returncode == 2 and len(error_lines(done)) == 1, done.stderr
+    assert f"{in_task_state} was trained with another target dictionary than {other / 'dict.tgt.txt'}" in done.stderr
 
 
 def test_the_same_dictionaries_rebinarized_score_the_same(trained, tmp_path):

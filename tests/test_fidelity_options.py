@@ -465,31 +465,41 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
 def test_training_the_way_known_to_break_the_presets_warns_once_naming_the_options(mixed_copy, caplog):
     import logging
 
-    from fairseq_monoattn.tasks.length_generalization import WARNED
+    from fairseq_monoattn.training_notes import WARNED
 
-    WARNED.clear()
-    with caplog.at_level(logging.WARNING):
-        for _ in range(2):
-            args = options.parse_args_and_arch(
-                options.get_training_parser(),
-                [str(mixed_copy), "--arch", "gru_monoattn", "--task", "length_generalization", "--train-batches",
-                 "sorted", "--batch-size", "8", "--user-dir", USER_DIR],
-            )  # fmt: skip
-            cfg = convert_namespace_to_omegaconf(args)
-            tasks.setup_task(cfg.task).build_model(cfg.model)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert sum("add --train-batches random" in w for w in warnings) == 1
-    assert sum("add --eval-accuracy --best-checkpoint-metric accuracy" in w for w in warnings) == 1
-    caplog.clear()
-    args = options.parse_args_and_arch(
-        options.get_training_parser(),
-        [str(mixed_copy), "--arch", "gru_monoattn", "--task", "length_generalization", "--batch-size", "8",
-         "--eval-accuracy", "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-         "--user-dir", USER_DIR],
-    )  # fmt: skip
-    cfg = convert_namespace_to_omegaconf(args)
-    tasks.setup_task(cfg.task).build_model(cfg.model)
-    assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # the paper's way: silent
+    def warnings(*argv, passes=2, training=True):
+        """The warnings of building a model for the task of a training command ARGV and taking
+        ``passes`` forward passes (in training mode, or eval mode as a generator would)."""
+        WARNED.clear()
+        caplog.clear()
+        args = options.parse_args_and_arch(
+            options.get_training_parser(), [str(mixed_copy), *argv, "--batch-size", "8", "--user-dir", USER_DIR]
+        )
+        cfg = convert_namespace_to_omegaconf(args)
+        with caplog.at_level(logging.WARNING):
+            task = tasks.setup_task(cfg.task)
+            model = task.build_model(cfg.model).train(training)
+            sample = batch(task.source_dictionary, [["1", "2", "3"]], [["1", "2", "3"]])
+            for _ in range(passes):
+                model(**sample["net_input"])
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    told = warnings("--arch", "gru_monoattn", "--task", "length_generalization", "--train-batches", "sorted")
+    assert sum("add --train-batches random" in w for w in told) == 1
+    assert sum("add --eval-accuracy --best-checkpoint-metric accuracy" in w for w in told) == 1
+    paper = ["--task", "length_generalization", "--eval-accuracy", "--best-checkpoint-metric", "accuracy",
+             "--maximize-best-checkpoint-metric"]  # fmt: skip
+    assert warnings("--arch", "gru_monoattn", *paper) == []  # the paper's way (random batches): silent
+    assert warnings("--arch", "transformer_monoattn", *paper) == []
+    # fairseq's own task sorts its batches and cannot be told otherwise: the location presets say so,
+    # once, when they train
+    for arch in ("gru_monoattn", "transformer_monoattn"):
+        (note,) = warnings("--arch", arch, "--task", "translation")
+        assert note.startswith(f"{arch}: the translation task makes batches of examples of similar length")
+        assert "train with --task length_generalization" in note
+        assert warnings("--arch", arch, "--task", "translation", training=False) == []  # generating: silent
+        assert warnings("--arch", arch, "--task", "translation", passes=0) == []  # built, not trained yet
+    assert warnings("--arch", "gru_content", "--task", "translation") == []  # not a location preset
 
 
 def test_a_preset_on_prepared_dedupe_data_without_the_source_end_marker_warns(tmp_path, caplog):
@@ -498,7 +508,7 @@ def test_a_preset_on_prepared_dedupe_data_without_the_source_end_marker_warns(tm
     and fairseq's Transformer, which has no such option, is never told."""
     import logging
 
-    from fairseq_monoattn.tasks.length_generalization import WARNED
+    from fairseq_monoattn.training_notes import WARNED
 
     rng = random.Random(0)
     for task in ("dedupe", "copy"):

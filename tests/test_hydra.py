@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
+from fairseq_cli_helpers import USER_DIR, hypotheses, rebinarized, run_command, swapped, write_copy_dataset
+from forked_commands import command
 from omegaconf import OmegaConf
 
 from fairseq_monoattn.recipes import PAPER_RECIPE, PAPER_RECIPE_CFQ
@@ -57,6 +58,14 @@ def test_hydra_train_then_generate_a_preset(tmp_path):
         "4",
     )
     assert sorted(hypotheses(output.splitlines())) == list(range(11))  # every example, none dropped
+    # the checkpoint keeps its dictionaries: the test split binarized with two target symbols swapped is refused
+    other = rebinarized(data, tmp_path / "re", swapped, split="test", sides=("tgt",))
+    refused = command("fairseq-generate", other, "--path", save / "checkpoint_best.pt", "--user-dir", USER_DIR,
+                      "--task", "length_generalization", "--gen-subset", "test", "--beam", "1")  # fmt: skip
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert line.startswith(f"error: {save / 'checkpoint_best.pt'} was trained with another target dictionary than "
+                           f"{other / 'dict.tgt.txt'}: symbol 4 is")  # fmt: skip
 
 
 @pytest.mark.parametrize(

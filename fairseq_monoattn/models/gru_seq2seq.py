@@ -29,6 +29,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from ..dictionaries import carry_dictionaries
 from ..modules import compiled
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
@@ -40,6 +41,7 @@ from ..modules.positions import kept_tokens_first, to_source_layout
 from ..modules.step_linear import StepLinear, with_feature_major, with_step_operands
 from ..modules.token_tables import TokenRows, embedding_rows, table_applies, token_map, token_table
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
+from ..training_notes import note_sorted_batches
 from .options import (
     BOUNDARY_INITS,
     EMBEDDING_INITS,
@@ -145,7 +147,9 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
             max_positions=cfg.max_target_positions,
             start_index=tgt_dict.bos() if cfg.decoder_start == "bos" else None,
         )
-        return cls(encoder, decoder)
+        model = carry_dictionaries(cls(encoder, decoder), task)  # a checkpoint on other data is refused
+        note_sorted_batches(model, cfg, task)
+        return model
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Checkpoints from before the step activations were modules of their own kept Mono's

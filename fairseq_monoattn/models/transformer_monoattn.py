@@ -38,7 +38,9 @@ from fairseq.models.transformer import TransformerDecoder, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from torch import nn
 
+from ..dictionaries import carry_dictionaries
 from ..modules.positions import kept_tokens_first, to_source_layout
+from ..training_notes import note_sorted_batches
 from .gru_seq2seq import build_cross_attention
 from .options import add_option_arguments, option_defaults, parse_bool
 
@@ -310,6 +312,8 @@ class TransformerMonoAttnModel(TransformerModel):
         location_defaults(args)
         model = super().build_model(args, task)
         install_location_attention(model.decoder, args)
+        carry_dictionaries(model, task)  # a checkpoint on other data is refused
+        note_sorted_batches(model, args, task)
         return model
 
 

@@ -41,7 +41,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
 from ..criterions.sequence_accuracy import GATE_COUNTS, scores_given_outputs
-from ..dictionaries import check_dictionaries, symbols
+from ..dictionaries import check_task_state
 from ..errors import PluginError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import (
@@ -56,6 +56,7 @@ from ..metrics import (
 )
 from ..optim import foreach_adam_step
 from ..recipes import DATASET_OPTIONS, TASK_DEFAULTS, option_words
+from ..training_notes import warn_once
 from .batches import ArrayPairDataset
 
 logger = logging.getLogger(__name__)
@@ -161,20 +162,12 @@ class MissingSide(PluginError, FileNotFoundError):
     """A split without one of its sides."""
 
 
-WARNED = set()
-
-
 def warn_about_training(task_cfg, model_cfg) -> None:
     """Say, once, when a model is trained in a way known to break the paper's results, and which
-    options to add (docs/results/training-settings.md has the runs behind each)."""
+    options to add (docs/results/training-settings.md has the runs behind each).  Sorted batches
+    are the model's to say (training_notes.py), under every task."""
     name = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", "the model")
     notes = []
-    if task_cfg.train_batches == "sorted" and getattr(model_cfg, "location_attention", False):
-        notes.append(
-            "sorted batches (--train-batches sorted) broke MonoAttn on Inv ReCopy in the paper's recipe "
-            "(median 40.9 / 0.1 / 0 at 15 / 30 / 100 after 4 epochs, against 94.2 / 66.5 / 6.7 with random "
-            "batches): add --train-batches random"
-        )
     if task_cfg.best_checkpoint_metric == "loss":
         notes.append(
             "checkpoint_best.pt follows the validation loss; the paper selects by exact match, and greedy "
@@ -183,9 +176,7 @@ def warn_about_training(task_cfg, model_cfg) -> None:
         )
     notes += dataset_notes(task_cfg, model_cfg)
     for note in notes:
-        if (name, note) not in WARNED:
-            WARNED.add((name, note))
-            logger.warning(f"{name}: {note}")
+        warn_once(name, note)
 
 
 def prepared_task(data: str):
@@ -328,28 +319,16 @@ class LengthGeneralizationTask(TranslationTask):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         self.datasets[split] = ArrayPairDataset.from_dataset(self.datasets[split])
 
-    # --- the dictionaries travel with the checkpoint ------------------------------------------
-
-    def state_dict(self):
-        return {
-            **super().state_dict(),
-            "dictionaries": {"source": symbols(self.src_dict), "target": symbols(self.tgt_dict)},
-        }
+    @property
+    def random_training_batches(self) -> bool:
+        """Whether the training batches are new random draws of mixed lengths every epoch (the
+        models warn when a location preset trains on sorted ones: training_notes.py)."""
+        return self.cfg.train_batches == "random"
 
     def load_state_dict(self, state_dict):
-        """A checkpoint's task state (fairseq loads it before building the model): its
-        dictionaries must be this data's, symbol for symbol (checkpoints from before the
-        dictionaries were stored have none to compare)."""
-        state_dict = dict(state_dict or {})
-        trained = state_dict.pop("dictionaries", None)
-        if trained is not None:
-            data = Path(utils.split_paths(self.cfg.data)[0]) if self.cfg.data else None
-            files = {
-                "source": data / f"dict.{self.cfg.source_lang}.txt" if data else None,
-                "target": data / f"dict.{self.cfg.target_lang}.txt" if data else None,
-            }
-            check_dictionaries(trained, {"source": symbols(self.src_dict), "target": symbols(self.tgt_dict)}, files)
-        super().load_state_dict(state_dict)
+        """A checkpoint's task state (fairseq loads it before building the model).  The models keep
+        their dictionaries (dictionaries.py); this task's checkpoints from before kept them here."""
+        super().load_state_dict(check_task_state(self, state_dict))
 
     def optimizer_step(self, optimizer, model, update_num):
         # fairseq's Adam, bit for bit, in one call per operation (optim/foreach_adam.py)
