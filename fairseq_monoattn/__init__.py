@@ -14,11 +14,9 @@ def register() -> None:
     """Register the plugin's model, presets, task, criterion and optimizer with fairseq (idempotent)."""
     from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
     from .allocator import keep_freed_memory
-    from .dictionaries import name_checkpoints
     from .errors import install_excepthook
 
     install_excepthook()  # the plugin's errors inside fairseq's commands: one line, not a traceback
-    name_checkpoints()  # a checkpoint refused for its dictionaries is named in the error
     keep_freed_memory()  # glibc keeps freed memory for the next update (allocator.py)
     from .criterions import sequence_accuracy  # noqa: F401
     from .models import (

@@ -13,12 +13,12 @@ training) compares them symbol for symbol first.  Checkpoints written before the
 stored load without the comparison; those of the ``length_generalization`` task from then kept
 them in the task's state, which the task still compares (:func:`check_task_state`).
 
-fairseq's loaders do not tell the model which file it is loading, so :func:`name_checkpoints`
-wraps the two that read a file into a model (``load_model_ensemble_and_task``, which the commands
-and the hub interface go through, and the trainer's ``load_checkpoint``) to put the checkpoint's
-name into the error: one line naming both files."""
+fairseq's loaders do not tell the model which file it is loading, so :func:`loading_checkpoint`
+reads the file's name off the loader's frame up the call stack (``load_model_ensemble_and_task``,
+which the commands and the hub interface go through, and the trainer's ``load_checkpoint``) to put
+it into the error: one line naming both files."""
 
-import functools
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -123,7 +123,11 @@ class TrainedDictionaries(nn.Module):
                               error_msgs):  # fmt: skip
         # the buffers already hold the data's symbols: compare, never copy (nor report a missing key)
         trained = {side: decode_symbols(state_dict[prefix + side]) for side in SIDES if prefix + side in state_dict}
-        check_dictionaries(trained, self.symbols(), self.files)
+        try:
+            check_dictionaries(trained, self.symbols(), self.files)
+        except DictionaryMismatch as mismatch:
+            mismatch.checkpoint = mismatch.checkpoint or loading_checkpoint()
+            raise
 
     def extra_repr(self) -> str:
         return ", ".join(f"{side}={len(names)} symbols" for side, names in self.symbols().items())
@@ -153,45 +157,25 @@ def check_task_state(task, task_state: dict) -> dict:
 
 # --- the checkpoint's name in the error ---------------------------------------------------------
 
-
-def _naming(load, checkpoint_of):
-    """``load`` re-raising a DictionaryMismatch (fairseq's trainer wraps it in a plain Exception)
-    with the checkpoint that ``checkpoint_of(args, kwargs)`` names."""
-    if getattr(load, "names_checkpoints", False):
-        return load
-
-    @functools.wraps(load)
-    def wrapper(*args, **kwargs):
-        try:
-            return load(*args, **kwargs)
-        except Exception as error:
-            mismatch = error if isinstance(error, DictionaryMismatch) else error.__context__
-            if not isinstance(mismatch, DictionaryMismatch) or mismatch.checkpoint:
-                raise
-            checkpoint = checkpoint_of(args, kwargs)
-            raise DictionaryMismatch(mismatch.side, mismatch.data_file, mismatch.difference, checkpoint) from None
-
-    wrapper.names_checkpoints = True
-    return wrapper
+# fairseq's functions that read a checkpoint file into a model, and the local variable that holds
+# the file's name while they do: the commands and the hub interface go through the first, resuming
+# a training through the second
+CHECKPOINT_LOADERS = {
+    ("checkpoint_utils.py", "load_model_ensemble_and_task"): "filename",
+    ("trainer.py", "load_checkpoint"): "filename",
+}
 
 
-def _ensemble_files(args, kwargs) -> str:
-    """load_model_ensemble_and_task(filenames, ...): the checkpoint, or which ones for an ensemble."""
-    filenames = [str(name) for name in (kwargs["filenames"] if "filenames" in kwargs else args[0])]
-    return filenames[0] if len(filenames) == 1 else "one of " + ", ".join(filenames)
-
-
-def _trainer_file(args, kwargs) -> str:
-    """Trainer.load_checkpoint(self, filename, ...)."""
-    return str(kwargs["filename"] if "filename" in kwargs else args[1])
-
-
-def name_checkpoints() -> None:
-    """Wrap fairseq's checkpoint loaders so that a dictionary mismatch names the checkpoint
-    (idempotent)."""
-    from fairseq import checkpoint_utils
-    from fairseq.trainer import Trainer
-
-    load = checkpoint_utils.load_model_ensemble_and_task
-    checkpoint_utils.load_model_ensemble_and_task = _naming(load, _ensemble_files)
-    Trainer.load_checkpoint = _naming(Trainer.load_checkpoint, _trainer_file)
+def loading_checkpoint() -> Optional[str]:
+    """The checkpoint file that a fairseq loader up the call stack is reading, or None.  Read off
+    the loader's frame (nothing of fairseq is replaced): fairseq does not hand the file's name to
+    the model whose state it loads."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        name = CHECKPOINT_LOADERS.get((Path(code.co_filename).name, code.co_name))
+        if name is not None and frame.f_globals.get("__name__", "").startswith("fairseq"):
+            value = frame.f_locals.get(name)
+            return None if value is None else str(value)
+        frame = frame.f_back
+    return None

@@ -11,6 +11,19 @@ class PluginError(Exception):
     """An error whose message names the file or option and says what is wrong."""
 
 
+def plugin_error_behind(error: BaseException):
+    """``error`` if it is a PluginError, else the PluginError it was raised while handling (fairseq's
+    trainer turns any failure to load a checkpoint's weights into a plain "Cannot load model
+    parameters"), else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, PluginError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def install_excepthook() -> None:
     """Print uncaught PluginErrors as one line (idempotent)."""
     previous = sys.excepthook
@@ -18,8 +31,9 @@ def install_excepthook() -> None:
         return
 
     def hook(kind, value, traceback):
-        if isinstance(value, PluginError) and not os.environ.get("FAIRSEQ_MONOATTN_TRACEBACK"):
-            print(f"error: {value}", file=sys.stderr)
+        error = plugin_error_behind(value)
+        if error is not None and not os.environ.get("FAIRSEQ_MONOATTN_TRACEBACK"):
+            print(f"error: {error}", file=sys.stderr)
             return
         previous(kind, value, traceback)
 
