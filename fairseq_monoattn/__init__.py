@@ -2,22 +2,18 @@
 user-dir plugin (``--user-dir fairseq_monoattn``).
 
 Importing the package registers its fairseq components (the registration list is
-:func:`register`): at once when fairseq is loaded already (as under ``--user-dir``), otherwise
-as soon as fairseq finishes loading, so that the commands which never need fairseq (data
-preparation, tables) start without it.
+:func:`register`) and changes nothing else: at once when fairseq is loaded already (as under
+``--user-dir``), otherwise as soon as fairseq finishes loading, so that the commands which never
+need fairseq (data preparation, tables) start without it.  The fixes the plugin's experiments
+need come with its task (``fairseq_compat.py``).
 """
 
 __version__ = "0.3.0"
 
 
 def register() -> None:
-    """Register the plugin's model, presets, task, criterion and optimizer with fairseq (idempotent)."""
-    from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
-    from .allocator import keep_freed_memory
-    from .errors import install_excepthook
-
-    install_excepthook()  # the plugin's errors inside fairseq's commands: one line, not a traceback
-    keep_freed_memory()  # glibc keeps freed memory for the next update (allocator.py)
+    """Register the plugin's model, presets, task, criterion and optimizer with fairseq (idempotent).
+    Nothing else: the fixes for the plugin's experiments come with its task (fairseq_compat.py)."""
     from .criterions import sequence_accuracy  # noqa: F401
     from .models import (
         gru_seq2seq,  # noqa: F401  (the model and its presets)
