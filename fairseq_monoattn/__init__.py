@@ -2,10 +2,9 @@
 user-dir plugin (``--user-dir fairseq_monoattn``).
 
 Importing the package registers its fairseq components (the registration list is
-:func:`register`) and changes nothing else: at once when fairseq is loaded already (as under
-``--user-dir``), otherwise as soon as fairseq finishes loading, so that the commands which never
-need fairseq (data preparation, tables) start without it.  The fixes the plugin's experiments
-need come with its task (``fairseq_compat.py``).
+:func:`register`): at once when fairseq is loaded already (as under ``--user-dir``), otherwise
+as soon as fairseq finishes loading, so that the commands which never need fairseq (data
+preparation, tables) start without it.
 """
 
 __version__ = "0.3.0"
