@@ -5,10 +5,11 @@ architectures, task, criterion and optimizer, nothing else, so fairseq's own tas
 as stock fairseq beside it.  :func:`apply_fixes` applies them all; it runs when the plugin's task
 is set up (``LengthGeneralizationTask.setup_task``: fairseq-train, fairseq-generate and the
 plugin's own loaders with ``--task length_generalization``) and in the plugin's commands that
-decode checkpoints (fairseq-monoattn-score, fairseq-monoattn-plot-attention).  Each replaces a function
-that fairseq looks up globally (its trainer, checkpointing and command-line code), so once
-applied it holds for the rest of the process, for every task in it.  Each keeps fairseq's
-results (the tests compare them with fairseq's own functions):
+decode checkpoints (fairseq-monoattn-score, fairseq-monoattn-plot-attention).  fairseq's trainer,
+training loop and checkpoint code look the functions of items 2-6 up globally, so they are
+replaced in fairseq's modules, and like items 1 they hold for the rest of the process once
+applied, for every task in it.  Each keeps fairseq's results (the tests compare them with
+fairseq's own functions):
 
 1. Checkpoints of argparse-configured models load with torch's ``weights_only=True``
    (``checkpoint_classes.py``), the plugin's errors are printed as one line (``errors.py``), and

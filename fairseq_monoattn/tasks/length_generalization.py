@@ -47,7 +47,6 @@ from omegaconf import II
 from ..criterions.sequence_accuracy import GATE_COUNTS, scores_given_outputs
 from ..dictionaries import check_dictionaries, symbols
 from ..errors import PluginError
-from .. import fairseq_compat  # the module (a command importing it first imports fairseq, and so this)
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import (
     GreedyDecoder,
@@ -240,8 +239,10 @@ class LengthGeneralizationTask(TranslationTask):
     @classmethod
     def setup_task(cls, cfg: LengthGeneralizationConfig, **kwargs):
         # choosing this task chooses the plugin's fixes to fairseq (they hold for the process:
-        # fairseq looks the functions up globally; fairseq_compat.py); importing applies none
-        fairseq_compat.apply_fixes()
+        # fairseq looks the functions up globally); importing the plugin applies none
+        from ..fairseq_compat import apply_fixes
+
+        apply_fixes()
         check_checkpoint_metric(cfg)
         if cfg.stop_after_perfect:
             stop_after_perfect_validations()
