@@ -11,13 +11,8 @@ __version__ = "0.3.0"
 
 
 def register() -> None:
-    """Register the plugin's model, presets, task, criterion and optimizer with fairseq (idempotent)."""
-    from . import fairseq_compat  # noqa: F401  (checkpoint loading, no dropped batches)
-    from .allocator import keep_freed_memory
-    from .errors import install_excepthook
-
-    install_excepthook()  # the plugin's errors inside fairseq's commands: one line, not a traceback
-    keep_freed_memory()  # glibc keeps freed memory for the next update (allocator.py)
+    """Register the plugin's model, presets, task, criterion and optimizer with fairseq (idempotent).
+    Nothing else: the fixes for the plugin's experiments come with its task (fairseq_compat.py)."""
     from .criterions import sequence_accuracy  # noqa: F401
     from .models import (
         gru_seq2seq,  # noqa: F401  (the model and its presets)

@@ -15,8 +15,8 @@ with these), time that does no training.
 machines) and ``M_TRIM_THRESHOLD`` to 128 MiB, so the freed memory stays in the heap for the
 next update.  A process holds up to 128 MiB of freed memory longer than glibc's defaults would;
 its peak hardly moves (the epoch above: at most 440.1 MiB resident, 439.6 with glibc's
-settings).  The plugin calls it when fairseq is loaded with it (:func:`fairseq_monoattn.register`),
-where glibc is the allocator, unless:
+settings).  The plugin's task calls it when it is set up (``fairseq_compat.apply_fixes``; importing
+the plugin leaves glibc's settings alone), where glibc is the allocator, unless:
 
 - ``FAIRSEQ_MONOATTN_MALLOC=0`` is set (glibc's defaults are kept);
 - glibc's malloc is already configured from the environment (``MALLOC_TRIM_THRESHOLD_``,
@@ -34,6 +34,9 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts on 64-bit machines
 TRIM_THRESHOLD = 128 << 20
 GLIBC_MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+# whether keep_freed_memory has set the thresholds in this process (glibc has no way to read them back)
+thresholds_set = False
 
 
 def reason_to_keep_defaults(environ: Mapping[str, str]) -> Optional[str]:
@@ -66,8 +69,11 @@ def glibc():
 def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
     """Set glibc's mmap and trim thresholds (module docstring; setting them again changes nothing);
     whether they are set."""
+    global thresholds_set
     libc = glibc()
     if libc is None or reason_to_keep_defaults(environ) is not None:
         return False
     # mallopt returns 1 on success; the mmap threshold first, as glibc then stops adapting both
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    done = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    thresholds_set = thresholds_set or done
+    return done

@@ -1,9 +1,19 @@
-"""Fixes to fairseq 0.12 that this plugin applies when it is imported.
+"""Fixes to fairseq 0.12 for the plugin's experiments, applied where a user chose the plugin.
 
-1. torch >= 2.6 loads checkpoints with ``weights_only=True``.  fairseq stores the training
-   configuration in the checkpoint, and for models with argparse options that includes an
-   ``argparse.Namespace``, which the safe unpickler refuses.  We allow-list exactly that class
-   instead of switching the safety check off (no TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD needed).
+Importing the plugin (``--user-dir``) changes none of them: it registers the plugin's models,
+architectures, task, criterion and optimizer, nothing else, so fairseq's own tasks and models run
+as stock fairseq beside it.  :func:`apply_fixes` applies them all; it runs when the plugin's task
+is set up (``LengthGeneralizationTask.setup_task``: fairseq-train, fairseq-generate and the
+plugin's own loaders with ``--task length_generalization``) and in the plugin's commands that
+decode checkpoints (fairseq-monoattn-score, fairseq-monoattn-plot-attention).  fairseq's trainer,
+training loop and checkpoint code look the functions of items 2-6 up globally, so they are
+replaced in fairseq's modules, and like items 1 they hold for the rest of the process once
+applied, for every task in it.  Each keeps fairseq's results (the tests compare them with
+fairseq's own functions):
+
+1. Checkpoints of argparse-configured models load with torch's ``weights_only=True``
+   (``checkpoint_classes.py``), the plugin's errors are printed as one line (``errors.py``), and
+   glibc keeps freed memory for the next update (``allocator.py``).
 
 2. ``fairseq.data.data_utils.batch_by_size`` silently drops the last batch when its size is
    not a multiple of ``--required-batch-size-multiple`` (default 8): up to 7 validation or
@@ -36,7 +46,6 @@
    Gradients on the CPU take the ``_foreach`` path; elsewhere fairseq's own code runs.
 """
 
-import argparse
 import functools
 import logging
 import os
@@ -49,17 +58,12 @@ from fairseq.data import data_utils
 from fairseq.file_io import PathManager
 from fairseq.logging import progress_bar
 
+from .allocator import keep_freed_memory
+from .checkpoint_classes import allow_fairseq_checkpoints
+from .errors import install_excepthook
 from .files import atomic_output
 
 logger = logging.getLogger(__name__)
-
-SAFE_CLASSES = [argparse.Namespace]
-
-
-def allow_fairseq_checkpoints():
-    add = getattr(torch.serialization, "add_safe_globals", None)
-    if add is not None:  # older torch has no allow-list and loads everything
-        add(SAFE_CLASSES)
 
 
 def drops_last_batch(batch_by_size) -> bool:
@@ -202,9 +206,13 @@ def foreach_grad_norm():
     fairseq_utils.clip_grad_norm_ = clip_grad_norm_
 
 
-allow_fairseq_checkpoints()
-atomic_checkpoint_copies()
-foreach_grad_norm()
-keep_last_batch()
-one_log_file_handler()
-seed_the_cpu_alone()
+def apply_fixes() -> None:
+    """Apply every fix of the module docstring to this process (idempotent)."""
+    install_excepthook()
+    keep_freed_memory()
+    allow_fairseq_checkpoints()
+    atomic_checkpoint_copies()
+    foreach_grad_norm()
+    keep_last_batch()
+    one_log_file_handler()
+    seed_the_cpu_alone()

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .checkpoint_classes import reading_fairseq_checkpoints
 from .dictionaries import DictionaryMismatch
 from .files import write_json_atomic
 from .limits import SCORING_BATCH_SIZE
@@ -278,7 +279,8 @@ def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> d
     if checkpoint.stat().st_size == 0:
         raise CheckpointError(f"{checkpoint}: empty file, not a checkpoint")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides)
+        with reading_fairseq_checkpoints():  # a Transformer's options (checkpoint_classes.py)
+            state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides)
     except Exception as error:  # torch's unpickler raises many kinds for a damaged file
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(

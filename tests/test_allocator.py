@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import fairseq_monoattn
 from fairseq_monoattn import allocator
 
 TESTS = Path(__file__).resolve().parent
@@ -66,10 +65,14 @@ def test_freed_memory_is_kept_for_the_next_update():
     assert with_defaults > 4 * kept, (with_defaults, kept)  # 17,352 against 1,405 here
 
 
-def test_registering_the_plugin_keeps_freed_memory(monkeypatch):
+def test_the_plugins_fixes_keep_freed_memory(monkeypatch):
+    """What the plugin's task applies when it is set up (importing the plugin leaves glibc's
+    settings alone: tests/test_plugin_import.py)."""
+    from fairseq_monoattn import fairseq_compat
+
     calls = []
-    monkeypatch.setattr(allocator, "keep_freed_memory", lambda: calls.append(1))
-    fairseq_monoattn.register()
+    monkeypatch.setattr(fairseq_compat, "keep_freed_memory", lambda: calls.append(1))
+    fairseq_compat.apply_fixes()
     assert calls
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from fairseq_cli_helpers import USER_DIR, copy_examples
 
-import fairseq_monoattn  # noqa: F401  (allow-lists what fairseq checkpoints hold for weights_only loading)
+import fairseq_monoattn  # noqa: F401
 from fairseq_monoattn.data.writer import write_dataset
 
 WORKER = Path(__file__).with_name("distributed_worker.py")

@@ -53,6 +53,10 @@ def test_every_arch_trains_and_decodes(arch, tiny_copy, tmp_path):
             str(tiny_copy / "bin"),
             "--path",
             str(save / "checkpoint_last.pt"),
+            # the plugin's task keeps the last 5 of the 13 (fairseq's translation task drops them)
+            # and reads the Transformer presets' checkpoints (docs/fairseq.md)
+            "--task",
+            "length_generalization",
             "--beam",
             "2",
             "--batch-size",
@@ -88,6 +92,8 @@ def test_real_commands_resume_and_generate_with_safe_checkpoint_loading(tiny_cop
         USER_DIR,
         "--path",
         f"{save}/checkpoint_last.pt",
+        "--task",
+        "length_generalization",  # every example, the last batch too
         "--gen-subset",
         "test",
         "--beam",

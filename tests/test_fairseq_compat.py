@@ -1,7 +1,9 @@
-"""The fairseq 0.12 fixes the plugin applies on import (fairseq_monoattn/fairseq_compat.py)."""
+"""The fairseq 0.12 fixes the plugin's task applies when it is set up (fairseq_monoattn/fairseq_compat.py;
+tests/test_plugin_import.py checks that importing the plugin applies none and the task all)."""
 
 import argparse
 import logging
+import pickle
 
 import numpy as np
 import pytest
@@ -12,6 +14,12 @@ from rounding import assert_same_up_to_rounding
 
 import fairseq_monoattn  # noqa: F401
 from fairseq_monoattn import fairseq_compat
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fixes_applied():
+    """As ``LengthGeneralizationTask.setup_task`` applies them (for the rest of the process)."""
+    fairseq_compat.apply_fixes()
 
 
 def test_the_fix_is_applied_exactly_where_fairseq_drops_the_batch():
@@ -37,8 +45,27 @@ def test_last_partial_batch_is_kept():
 
 def test_namespace_checkpoints_load_with_weights_only(tmp_path):
     path = tmp_path / "state.pt"
-    torch.save({"cfg": {"model": argparse.Namespace(arch="gru_onestep")}}, path)
-    assert torch.load(path, weights_only=True)["cfg"]["model"].arch == "gru_onestep"
+    torch.save({"cfg": {"model": argparse.Namespace(arch="transformer_onestep")}}, path)
+    assert torch.load(path, weights_only=True)["cfg"]["model"].arch == "transformer_onestep"
+
+
+def test_the_plugins_readers_allow_namespaces_while_they_read(tmp_path):
+    """scoring.read_checkpoint and the experiment records allow the class only inside their ``with``
+    block; a process that never set the plugin's task up keeps torch's allow-list as it was."""
+    from fairseq_monoattn.checkpoint_classes import reading_fairseq_checkpoints
+
+    path = tmp_path / "state.pt"
+    torch.save({"cfg": {"model": argparse.Namespace(arch="transformer_onestep")}}, path)
+    saved = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        with reading_fairseq_checkpoints():
+            assert torch.load(path, weights_only=True)["cfg"]["model"].arch == "transformer_onestep"
+        assert torch.serialization.get_safe_globals() == []
+        with pytest.raises(pickle.UnpicklingError, match="Namespace"):
+            torch.load(path, weights_only=True)
+    finally:
+        torch.serialization.add_safe_globals(saved)
 
 
 def test_log_file_gets_each_progress_line_once(tmp_path):

@@ -55,8 +55,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error(f"--batch-size must be positive, got {args.batch_size}")
+    from ..fairseq_compat import apply_fixes
     from ..scoring import CheckpointError, check_score_inputs, score, table
 
+    apply_fixes()  # the plugin's fixes to fairseq, as its task applies them
     try:
         check_score_inputs(args.checkpoint, args.data, args.splits, args.out, args.force, args.user_dir)
         results = score(

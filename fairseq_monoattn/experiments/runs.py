@@ -464,8 +464,11 @@ def trained_model_config(checkpoint: Path) -> dict:
     defaults of the day included), and the task options that change training."""
     import torch
 
+    from ..checkpoint_classes import reading_fairseq_checkpoints
+
     try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        with reading_fairseq_checkpoints():  # a Transformer's options
+            state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         return _model_and_task(state["cfg"])
     except Exception as error:  # torch's unpickler raises many kinds for a damaged file
         raise RunError(

@@ -22,6 +22,10 @@ options) with defaults that never drop long examples and greedy exact-match vali
   g > 0.5), so a run's log shows when the reading direction settles.  With the ``seq_acc``
   criterion and the plugin's models the teacher-forced pass behind the validation loss is taken
   from the greedy decoding for every example decoded right (``valid_step_from_decoding``).
+* Setting the task up applies the plugin's fixes to fairseq for the rest of the process (the
+  last partial batch kept, one handler per log file, atomic checkpoint copies, cheaper CPU
+  seeding and clipping, glibc's malloc thresholds, one-line plugin errors, the checkpoint
+  allow-list: ``fairseq_compat.py``); importing the plugin applies none of them.
 """
 
 import functools
@@ -131,30 +135,35 @@ def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
 PERFECT_ACCURACY = 100.0
 
 
-def stop_after_perfect_validations(count: int) -> None:
+def stop_after_perfect_validations() -> None:
     """Make fairseq-train stop once the best-checkpoint metric (greedy valid accuracy) has been
-    100 for ``count`` validations in a row (0: fairseq's own rule only).  fairseq has no hook for
-    a stopping rule, so its ``should_stop_early`` is wrapped; fairseq's own --patience rule keeps
-    working inside it."""
+    100 for ``--stop-after-perfect`` validations in a row.  fairseq has no hook for a stopping rule
+    and its training loop looks ``should_stop_early`` up globally, so it is wrapped, once per
+    process; the wrapper takes the count from the configuration it is called with, so a run of a
+    task without the option (fairseq's own) gets fairseq's rule alone, and fairseq's own
+    --patience rule keeps working inside it.  Each call starts the count of a new run."""
     from fairseq_cli import train as train_cli
 
-    original = getattr(train_cli.should_stop_early, "__wrapped__", train_cli.should_stop_early)
-    if not count:
-        train_cli.should_stop_early = original
+    if hasattr(train_cli.should_stop_early, "perfect_in_a_row"):
+        train_cli.should_stop_early.perfect_in_a_row = 0
         return
-    perfect_in_a_row = [0]
+    original = train_cli.should_stop_early
 
     @functools.wraps(original)
     def should_stop_early(cfg, valid_loss):
         stop = original(cfg, valid_loss)
-        if valid_loss is None:
+        count = getattr(cfg.task, "stop_after_perfect", 0)
+        if not count or valid_loss is None:
             return stop
-        perfect_in_a_row[0] = perfect_in_a_row[0] + 1 if valid_loss >= PERFECT_ACCURACY else 0
-        if perfect_in_a_row[0] >= count:
+        should_stop_early.perfect_in_a_row = (
+            should_stop_early.perfect_in_a_row + 1 if valid_loss >= PERFECT_ACCURACY else 0
+        )
+        if should_stop_early.perfect_in_a_row >= count:
             logger.info(f"stopping: greedy valid accuracy has been 100 for {count} validations")
             return True
         return stop
 
+    should_stop_early.perfect_in_a_row = 0
     train_cli.should_stop_early = should_stop_early
 
 
@@ -220,8 +229,14 @@ class LengthGeneralizationTask(TranslationTask):
 
     @classmethod
     def setup_task(cls, cfg: LengthGeneralizationConfig, **kwargs):
+        # choosing this task chooses the plugin's fixes to fairseq (they hold for the process:
+        # fairseq looks the functions up globally); importing the plugin applies none
+        from ..fairseq_compat import apply_fixes
+
+        apply_fixes()
         check_checkpoint_metric(cfg)
-        stop_after_perfect_validations(cfg.stop_after_perfect)
+        if cfg.stop_after_perfect:
+            stop_after_perfect_validations()
         return super().setup_task(cfg, **kwargs)
 
     def build_model(self, cfg, from_checkpoint=False):
