@@ -1,6 +1,7 @@
 """The plugin's errors whose message says everything a user needs (the file or option, and what is
 wrong with it).  Raised inside fairseq's own commands (fairseq-train, fairseq-generate) once the
-plugin's task is set up (it installs :func:`install_excepthook`), they are printed as one line,
+plugin's task is set up or one of its models is built (both install :func:`install_excepthook`:
+a process that uses neither keeps Python's own hook), they are printed as one line,
 ``error: <message>``, with exit status 1, not as a traceback; set FAIRSEQ_MONOATTN_TRACEBACK=1 to
 see the traceback."""
 

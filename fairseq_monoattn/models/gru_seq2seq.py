@@ -30,6 +30,7 @@ from omegaconf import OmegaConf, open_dict
 from torch import nn
 
 from ..dictionaries import carry_dictionaries
+from ..errors import install_excepthook
 from ..modules import compiled
 from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
@@ -101,6 +102,7 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        install_excepthook()  # the plugin's errors, from here on: one line, not a traceback
         # a preset (``--arch gru_onestep``) has set its own options already; the rest come from the
         # defaults, written into cfg so that the checkpoint records every value used
         fill_missing(cfg, config_defaults())

@@ -39,6 +39,7 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from torch import nn
 
 from ..dictionaries import carry_dictionaries
+from ..errors import install_excepthook
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..training_notes import note_sorted_batches
 from .gru_seq2seq import build_cross_attention
@@ -309,6 +310,7 @@ class TransformerMonoAttnModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        install_excepthook()  # the plugin's errors, from here on: one line, not a traceback
         location_defaults(args)
         model = super().build_model(args, task)
         install_location_attention(model.decoder, args)
