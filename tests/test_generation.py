@@ -117,9 +117,12 @@ def raise_eos_with_position(model, start=-3.0, slope=0.6, per_source_token=-0.5)
         positions = torch.arange(first, prev_output_tokens.size(1), dtype=logits.dtype)
         lengths = source_lengths(encoder_out).to(logits.dtype).unsqueeze(1)
         logits[..., D.eos()] += start + slope * (positions + 1) + per_source_token * lengths
+        dtypes.add(logits.dtype)
         return logits, extra
 
+    dtypes = set()
     model.decoder.forward = forward
+    return dtypes  # the float types the decoder computed in
 
 
 def task_generator(models, **options):
@@ -150,7 +153,7 @@ def test_fairseq_generate_and_the_scorer_give_the_same_outputs_in_any_batch(arch
 
     model = build(arch, D, seed=6)
     scorer_model = build(arch, D, seed=6).double()
-    raise_eos_with_position(model)
+    decoded_in = raise_eos_with_position(model)
     raise_eos_with_position(scorer_model)
     generator = task_generator([model])
     greedy = GreedyDecoder(D, max_len_b=LIMIT)
@@ -167,7 +170,22 @@ def test_fairseq_generate_and_the_scorer_give_the_same_outputs_in_any_batch(arch
     assert len({len(output) for output in first}) >= 5, first  # sentences of several lengths
     for size in (7, 256):
         assert torch.allclose(scores[size], scores[1], rtol=0, atol=1e-5), arch
+    assert decoded_in == {torch.float64}
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.mark.parametrize("arch", ["gru_onestep", "transformer_monoattn"])
+def test_a_length_limit_from_the_source_is_each_examples_own(arch):
+    """--max-len-a: fairseq multiplies the longest source of the batch; the task's generator each
+    example's own, so an output cut at its limit is the one fairseq gives the example alone."""
+    model = build(arch, D, seed=6).double()
+    raise_eos_with_position(model, start=-30.0)  # no sentence ends before its limit
+    generator = task_generator([model], max_len_a=0.5, max_len_b=1)
+    ours = [h[0]["tokens"].tolist() for h in generator.generate([model], batch(D, SOURCES))]
+    fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_a=0.5, max_len_b=1, min_len=0)
+    alone = [fairseqs.generate([model], batch(D, [source]))[0][0]["tokens"].tolist() for source in SOURCES]
+    assert ours == alone
+    assert [len(output) for output in ours] == [int(0.5 * (len(source) + 1) + 1) + 1 for source in SOURCES]
 
 
 @pytest.mark.parametrize("arch", EVERY_PRESET)
