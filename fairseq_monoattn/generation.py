@@ -205,8 +205,9 @@ class BeamSearch:
             going_on = candidates.clone()
             going_on[:, :, self.eos] = -math.inf
             best, chosen = going_on.view(active, -1).topk(beam, dim=1)
+            best_unfinished = best[:, 0].tolist()
             settled = [
-                finished[s].settled(float(best[i, 0])) or not math.isfinite(float(best[i, 0]))
+                finished[s].settled(best_unfinished[i]) or not math.isfinite(best_unfinished[i])
                 for i, s in enumerate(sentences)
             ]
             keep = [i for i, done in enumerate(settled) if not done]
