@@ -244,12 +244,26 @@ def token_ids(dictionary, text):
     return [dictionary.index(token) for token in text.split()] + [dictionary.eos()]
 
 
-def generate_tally(data, checkpoint, tmp_path) -> Tally:
-    """Tally of fairseq-generate's greedy output on valid, batched as validation batches it.
+UNCUT = 20  # fairseq-generate's length limit here: beyond every limit validation sets on valid
 
-    Validation stops a batch at its longest target + 1 tokens; for Copy the longest source
-    of a batch (EOS included) is that longest target, so --max-len-a 1 --max-len-b 0 is the
-    same limit."""
+
+def validation_batches(data):
+    """The example ids of each validation batch (--batch-size-valid 8), in fairseq's order."""
+    task = tasks.setup_task(parsed(data, ["--task", "length_generalization"]).task)
+    task.load_dataset("valid")
+    batches = task.get_batch_iterator(
+        dataset=task.dataset("valid"), max_sentences=8, max_positions=None, seed=1, num_workers=0
+    ).next_epoch_itr(shuffle=False)
+    return [sample["id"].tolist() for sample in batches]
+
+
+def generate_tally(data, checkpoint, tmp_path) -> Tally:
+    """Tally of fairseq-generate's greedy output on valid, each output cut where validation cuts it.
+
+    Validation stops a batch's outputs after its longest target + 1 tokens (EOS included), a limit
+    of the batch; the task's generator sets each example's limit from its own source, so
+    fairseq-generate runs with a limit past all of them (UNCUT) and each output is cut here at its
+    validation batch's limit: a greedy output is the same prefix whatever the limit."""
     lines = generate(
         [
             str(data),
@@ -262,9 +276,9 @@ def generate_tally(data, checkpoint, tmp_path) -> Tally:
             "--min-len",
             "0",
             "--max-len-a",
-            "1",
-            "--max-len-b",
             "0",
+            "--max-len-b",
+            str(UNCUT),
             "--batch-size",
             "8",
             "--seed",
@@ -278,13 +292,17 @@ def generate_tally(data, checkpoint, tmp_path) -> Tally:
     dictionary = Dictionary.load(str(data / "dict.tgt.txt"))
     # "T-i<TAB>target text", "H-i<TAB>score<TAB>hypothesis text": key -> text
     columns = {line.split("\t")[0]: line.split("\t")[-1] for line in lines if line[:2] in ("H-", "T-")}
-    ids = sorted(int(key[2:]) for key in columns if key.startswith("H-"))
+    hypotheses, targets = [], []
+    for ids in validation_batches(data):
+        batch_targets = [token_ids(dictionary, columns[f"T-{i}"]) for i in ids]
+        limit = max(len(target) for target in batch_targets)  # GreedyDecoder's max_len_b in validation
+        assert limit + 1 < UNCUT
+        for i, target in zip(ids, batch_targets):
+            output = token_ids(dictionary, columns[f"H-{i}"])
+            hypotheses.append(output if len(output) <= limit + 1 else output[:limit] + [dictionary.eos()])
+            targets.append(target)
     tally = Tally()
-    tally.add(
-        [token_ids(dictionary, columns[f"H-{i}"]) for i in ids],
-        [token_ids(dictionary, columns[f"T-{i}"]) for i in ids],
-        dictionary.eos(),
-    )
+    tally.add(hypotheses, targets, dictionary.eos())
     return tally
 
 

@@ -26,6 +26,11 @@ options) with defaults that never drop long examples and greedy exact-match vali
   last partial batch kept, one handler per log file, atomic checkpoint copies, cheaper CPU
   seeding and clipping, glibc's malloc thresholds, one-line plugin errors, the checkpoint
   allow-list: ``fairseq_compat.py``); importing the plugin applies none of them.
+* fairseq-generate and fairseq-interactive decode with the plugin's beam search
+  (:class:`~fairseq_monoattn.generation.BeamSearch`): a sentence ends only when no unfinished
+  hypothesis can still beat its best finished one (fairseq's ends it once ``--beam`` hypotheses
+  ended), in float64 (``--generation-precision``), each example's length limit from its own
+  source, so that an output does not depend on the batch (docs/fairseq.md).
 """
 
 import functools
@@ -47,6 +52,7 @@ from omegaconf import II
 from ..criterions.sequence_accuracy import GATE_COUNTS, scores_given_outputs
 from ..dictionaries import check_task_state
 from ..errors import PluginError
+from ..generation import PRECISIONS, BeamSearch, GenerationOptionError
 from ..limits import NO_LENGTH_LIMIT
 from ..metrics import (
     GreedyDecoder,
@@ -109,6 +115,13 @@ class LengthGeneralizationConfig(TranslationConfig):
         metadata={
             "help": "take fairseq's own --optimizer adam step, a Python loop over the parameters, instead of the "
             "same update applied to all of them at once with torch's _foreach operations (the same numbers)"
+        },
+    )
+    generation_precision: ChoiceEnum(list(PRECISIONS)) = field(
+        default="float64",
+        metadata={
+            "help": "the models' float type while fairseq-generate decodes (the scorer's default, float64: "
+            "float32's rounding depends on the batch and can flip a near tie)"
         },
     )
     valid_subset: str = II("dataset.valid_subset")
@@ -247,6 +260,46 @@ class LengthGeneralizationTask(TranslationTask):
             # greedy, no minimum length (EOS may come first); max_len_b is set per batch
             self.greedy_generator = greedy_generator([model], self.target_dictionary)
         return model
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
+        """The plugin's beam search (``generation.py``); fairseq's scorer for --score-reference and
+        fairseq's sampling for --sampling (whose samples need no stopping rule).  Options the
+        plugin's search does not take are refused by name rather than decoded another way."""
+        if getattr(args, "score_reference", False) or getattr(args, "sampling", False):
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        unsupported = {
+            "--diverse-beam-groups": getattr(args, "diverse_beam_groups", -1) > 0,
+            "--diversity-rate": getattr(args, "diversity_rate", -1) > -1,
+            "--match-source-len": getattr(args, "match_source_len", False),
+            "--constraints": bool(getattr(args, "constraints", False)),
+            "--no-repeat-ngram-size": getattr(args, "no_repeat_ngram_size", 0) > 0,
+            "--prefix-size": getattr(args, "prefix_size", 0) > 0,
+            "--lm-path": (extra_gen_cls_kwargs or {}).get("lm_model") is not None,
+            "--print-step": getattr(args, "print_step", False),
+            "a prefix_allowed_tokens_fn": (prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None))
+            is not None,
+            "a seq_gen_cls": seq_gen_cls is not None,
+        }
+        named = [option for option, given in unsupported.items() if given]
+        if named:
+            raise GenerationOptionError(
+                f"--task length_generalization decodes with the plugin's beam search, which does not take "
+                f"{', '.join(named)}; use --task translation for fairseq's SequenceGenerator"
+            )
+        return BeamSearch(
+            models,
+            self.target_dictionary,
+            beam_size=getattr(args, "beam", 5),
+            nbest=getattr(args, "nbest", 1),
+            max_len_a=getattr(args, "max_len_a", 0),
+            max_len_b=getattr(args, "max_len_b", 200),
+            min_len=getattr(args, "min_len", 1),
+            len_penalty=getattr(args, "lenpen", 1),
+            unk_penalty=getattr(args, "unkpen", 0),
+            temperature=getattr(args, "temperature", 1.0),
+            print_alignment=getattr(args, "print_alignment", None),
+            precision=self.cfg.generation_precision,
+        )
 
     def get_batch_iterator(
         self,
