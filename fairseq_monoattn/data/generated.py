@@ -6,9 +6,9 @@ A task is a *rule* turning a drawn token sequence into (source tokens, target to
 generator of its own (seed, task, split name), so adding a split leaves every other split
 unchanged, and string seeds make the draws the same in every Python process.  Lengths are drawn
 uniformly from the split's range, one per example; a source already in the split, or in the
-excluded sources (train's, for every evaluation split), is drawn again, so where a length has
-fewer distinct sequences than its uniform share, the split holds all of them and the rest of
-its examples go to the other lengths.
+excluded sources (train's, for every evaluation split), is drawn again, length and all.  So a
+length with few distinct sequences ends up holding all or nearly all of them, and the examples
+it cannot hold go to the other lengths (docs/data.md gives the counts for binary strings).
 """
 
 import random
