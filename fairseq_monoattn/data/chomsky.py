@@ -38,9 +38,9 @@ PLUS = "+"
 
 def odds_first(tokens: Sequence[str]) -> Tokens:
     """The tokens at odd positions (1-based: s1 s3 s5 ...), then those at even positions (s2 s4
-    ...), as the paper defines the task and as its worked examples read (00110101 -> 0100 0111).
-    The repository's sampler concatenates input[1::2] before input[::2] (0-based), which puts s2 s4
-    ... first; this project follows the definition."""
+    ...), as the original's task description puts it and its worked examples read (00110101 ->
+    0100 0111).  The original's sampler concatenates input[1::2] before input[::2] (0-based), which
+    puts s2 s4 ... first; this project follows the description."""
     return list(tokens[0::2]) + list(tokens[1::2])
 
 
