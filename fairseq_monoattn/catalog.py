@@ -68,6 +68,62 @@ DIGIT_SPLIT_PLANS = (
 DIGIT_TRAIN_LENGTHS = next((p.min_length, p.max_length) for p in DIGIT_SPLIT_PLANS if p.name == "train")
 
 
+# --- The field beside the paper: tasks of other length-generalization benchmarks -----------------
+
+# Delétang et al. (ICLR 2023), "Neural Networks and the Chomsky Hierarchy": its transduction tasks
+# (the ones answered with an output sequence).  The paper trains on lengths 1..40 (a fresh batch
+# each step, its length uniform in 1..40) and tests on every length 41..500.  Here: one fixed,
+# seeded training file of 10,000 examples of lengths uniform in 1..40, an i.i.d. valid of 500 (the
+# paper has none; fairseq needs one), and ten test splits of 100 examples each at the lengths 50,
+# 100, ..., 500, spaced evenly over the paper's test range, so that their mean stands in for the
+# paper's mean over all 460 test lengths.  Lengths count source tokens.
+DELETANG_TRAIN_SIZE, DELETANG_VALID_SIZE, DELETANG_TEST_SIZE = 10_000, 500, 100
+DELETANG_MAX_TRAIN_LENGTH = 40
+DELETANG_TEST_LENGTHS = tuple(range(50, 501, 50))
+DELETANG_TEST_SPLITS = tuple(f"test{n}" for n in DELETANG_TEST_LENGTHS)
+
+
+def deletang_split_plans(shortest: int = 1) -> Tuple[SplitPlan, ...]:
+    """The splits of a Delétang et al. task whose shortest example has ``shortest`` tokens."""
+    top = DELETANG_MAX_TRAIN_LENGTH
+    return (
+        SplitPlan("train", DELETANG_TRAIN_SIZE, shortest, top),
+        SplitPlan("valid", DELETANG_VALID_SIZE, shortest, top),
+        *(SplitPlan(f"test{n}", DELETANG_TEST_SIZE, n, n) for n in DELETANG_TEST_LENGTHS),
+    )
+
+
+@dataclass(frozen=True)
+class DeletangTask:
+    """How Delétang et al. define one of their tasks: its level of the Chomsky hierarchy ("dcf":
+    deterministic context-free, "cs": context-sensitive), the shortest input this project draws,
+    and whether their per-token accuracy counts the position of the termination token that ends
+    the answer (the tasks whose answers vary in length; here it is the EOS)."""
+
+    level: str
+    shortest: int = 1
+    scores_termination: bool = False
+
+
+DELETANG_TASKS: Dict[str, DeletangTask] = {
+    "reverse_string": DeletangTask("dcf"),
+    "duplicate_string": DeletangTask("cs"),
+    "odds_first": DeletangTask("cs"),
+    "bucket_sort": DeletangTask("cs"),
+    # the original draws lengths 1 and 2 without a `+` (a lone number, echoed); here every
+    # example is an addition, so the shortest is 3 tokens (`1 + 1`)
+    "binary_addition": DeletangTask("cs", shortest=3, scores_termination=True),
+}
+
+# Newman et al. (2020), "The EOS Decision and Length Extrapolation": SCAN length cutoffs.  Cutoff N
+# trains on the commands whose action sequence has at most N actions and tests on the others; 22
+# is the standard length split's, Csordás et al. (EMNLP 2021) use 26.  These are the action
+# lengths that occur in SCAN, but 48 (the longest, which would leave no test).  Valid: a seeded
+# i.i.d. tenth of the commands within the cutoff, as Csordás et al.'s code holds out.
+SCAN_CUTOFFS = (22, 24, 25, 26, 27, 28, 30, 32, 33, 36, 40)
+SCAN_CUTOFF_VALID_SHARE = 0.1
+
+
 @dataclass(frozen=True)
 class TaskFacts:
     name: str
@@ -125,7 +181,22 @@ def _digit_task(name, title, description, reading, splits=DIGIT_SPLITS):
     )
 
 
-# In the order of the paper's tables.
+def _deletang_task(name, title, description, reading):
+    """A task of Delétang et al. (ICLR 2023); its splits are ``deletang_split_plans``."""
+    return TaskFacts(
+        name,
+        title,
+        description,
+        "chomsky",
+        f"build_{name}",
+        DELETANG_TEST_SPLITS,
+        reading,
+        train_lengths=(DELETANG_TASKS[name].shortest, DELETANG_MAX_TRAIN_LENGTH),
+        any_test_length=True,
+    )
+
+
+# In the order of the paper's tables, then the tasks of the field beside it.
 TASKS: Dict[str, TaskFacts] = {
     task.name: task
     for task in (
@@ -181,6 +252,24 @@ TASKS: Dict[str, TaskFacts] = {
             ("test",),
             needs_data_dir=True,
             summary="mean_std",
+        ),
+        # the field beside the paper (not in its tables)
+        _deletang_task("reverse_string", "Reverse String", "binary string -> the string reversed", "reversed"),
+        _deletang_task("duplicate_string", "Duplicate String", "binary string -> the string twice", "forward"),
+        _deletang_task("odds_first", "Odds First", "binary string -> tokens at odd positions, then at even", "forward"),
+        _deletang_task("bucket_sort", "Bucket Sort", "string over 0..4 -> the string sorted", None),
+        _deletang_task("binary_addition", "Binary Addition", "n + m in little-endian binary -> n + m", "forward"),
+        *(
+            TaskFacts(
+                f"scan_cutoff{cutoff}",
+                f"SCAN (length cutoff {cutoff})",
+                f"SCAN, train on at most {cutoff} actions, test on more",
+                "scan",
+                f"build_scan_cutoff{cutoff}",
+                ("test",),
+                summary="mean_std",
+            )
+            for cutoff in SCAN_CUTOFFS
         ),
     )
 }

@@ -3,11 +3,13 @@
 Exact match: the whole output, EOS included, equals the target (no oracle length, no
 truncation).  Edit distance: the Levenshtein distance between output and target tokens (EOS
 excluded; unit costs, no transpositions), the value NLTK's ``edit_distance`` gives, as in the
-paper's appendix.
+paper's appendix.  Per-token accuracy: the share of the target's positions where the output has
+the target's token, as Delétang et al. (ICLR 2023) score their benchmark (see
+:func:`aligned_matches`).
 """
 
 from dataclasses import asdict, dataclass
-from typing import Dict, Hashable, List, Optional, Sequence
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -67,6 +69,50 @@ def without_eos(tokens: Sequence[int], eos: int) -> List[int]:
 
 def edit_distance(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> int:
     return levenshtein(without_eos(hypothesis, eos), without_eos(target, eos))
+
+
+# --- per-token accuracy (Delétang et al., ICLR 2023) -------------------------------------------
+
+
+def aligned_matches(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> Tuple[int, int, bool]:
+    """One output against its target, position by position as Delétang et al. score: (how many
+    of the target's positions, EOS excluded, hold the target's token in the output; how many
+    positions the target has; whether the output's EOS stands where the target's does).
+
+    Their models write exactly as many tokens as the answer has, so their accuracy compares
+    position i with position i.  An output of another length is compared the same way, with no
+    alignment: positions past its end are wrong, tokens past the target's end are not counted
+    (exact match and edit distance see them).  The original's tasks whose answers vary in length
+    (Binary Addition) end the answer with a termination token and count its position too; the EOS
+    is that token here (``with_eos`` below)."""
+    output, wanted = without_eos(hypothesis, eos), without_eos(target, eos)
+    matches = sum(a == b for a, b in zip(output, wanted))
+    eos_placed = len(hypothesis) > len(wanted) and hypothesis[len(wanted)] == eos
+    return matches, len(wanted), eos_placed
+
+
+def per_token_accuracy(hypothesis: Sequence[int], target: Sequence[int], eos: int, with_eos: bool = False) -> float:
+    """Percentage of the target's positions (and, ``with_eos``, its EOS's position) that the output
+    gets right (:func:`aligned_matches`)."""
+    matches, positions, eos_placed = aligned_matches(hypothesis, target, eos)
+    if with_eos:
+        matches, positions = matches + eos_placed, positions + 1
+    if positions == 0:
+        raise ValueError("per-token accuracy of an empty target without its EOS has no positions to score")
+    return 100.0 * matches / positions
+
+
+def mean_per_token_accuracy(scores: Mapping[str, Mapping[str, float]], splits: Sequence[str], with_eos=False) -> float:
+    """Delétang et al.'s score: per-token accuracy per test length, averaged over the lengths with
+    equal weight.  ``scores``: the per-split results of a scoring run (``Tally.as_dict()`` of each
+    split, as ``fairseq-monoattn-score`` writes them), one split per length."""
+    key = "per_token_accuracy_with_eos" if with_eos else "per_token_accuracy"
+    if not splits:
+        raise ValueError("no splits to average over")
+    missing = [split for split in splits if key not in scores.get(split, {})]
+    if missing:
+        raise ValueError(f"no {key} for split(s) {', '.join(missing)}")
+    return sum(scores[split][key] for split in splits) / len(splits)
 
 
 def greedy_generator(models, target_dictionary, max_len_a: float = 0.0, max_len_b: int = 200):
@@ -230,10 +276,19 @@ class Tally:
     edit_distance: int = 0
     cut_short: int = 0
     overran: int = 0
+    # per-token accuracy (aligned_matches): the targets' positions (EOS excluded), how many of
+    # them the outputs got right, and how many outputs put their EOS at the target's
+    target_tokens: int = 0
+    tokens_right: int = 0
+    eos_right: int = 0
 
     def add(self, hypotheses, targets, eos: int):
         for hypothesis, target in zip(hypotheses, targets):
             self.size += 1
+            matches, positions, eos_placed = aligned_matches(hypothesis, target, eos)
+            self.target_tokens += positions
+            self.tokens_right += matches
+            self.eos_right += eos_placed
             if is_exact_match(hypothesis, target):
                 self.correct += 1  # and edit distance 0
                 continue
@@ -252,8 +307,25 @@ class Tally:
     def mean_edit_distance(self) -> float:
         return self.edit_distance / self.size if self.size else 0.0
 
+    @property
+    def per_token_accuracy(self) -> float:
+        """Percentage of all the targets' positions (EOS excluded) the outputs got right."""
+        return 100.0 * self.tokens_right / self.target_tokens if self.target_tokens else 0.0
+
+    @property
+    def per_token_accuracy_with_eos(self) -> float:
+        """The same with each target's EOS position counted (Delétang et al.'s termination token)."""
+        positions = self.target_tokens + self.size
+        return 100.0 * (self.tokens_right + self.eos_right) / positions if positions else 0.0
+
     def as_dict(self) -> Dict[str, float]:
-        return dict(asdict(self), accuracy=self.accuracy, mean_edit_distance=self.mean_edit_distance)
+        return dict(
+            asdict(self),
+            accuracy=self.accuracy,
+            mean_edit_distance=self.mean_edit_distance,
+            per_token_accuracy=self.per_token_accuracy,
+            per_token_accuracy_with_eos=self.per_token_accuracy_with_eos,
+        )
 
 
 def summed_ratio(meters, numerator: str, denominator: str, scale: float = 1.0) -> float:

@@ -30,6 +30,12 @@ ALL_TASKS = [
     "posretrieve",
     "scan",
     "cfq",
+    "reverse_string",
+    "duplicate_string",
+    "odds_first",
+    "bucket_sort",
+    "binary_addition",
+    *(f"scan_cutoff{cutoff}" for cutoff in (22, 24, 25, 26, 27, 28, 30, 32, 33, 36, 40)),
 ]
 
 

@@ -1,8 +1,8 @@
 """The eight generated digit tasks (Copy, ReCopy and their variants, DeDupe, PosRetrieve).
 
 Each task is a *rule* turning a drawn digit sequence into (source tokens, target tokens)
-plus a *draw* function saying how a sequence of a given "length" is sampled.  One seeded
-split generator serves all of them.
+plus a *draw* function saying how a sequence of a given "length" is sampled.  The seeded
+split generator of ``generated.py`` serves all of them.
 
 Splits (the paper's): train 10,000 examples of length 5..10, valid 2,000 of 10..15,
 test15 / test30 / test100 2,000 of exactly that length, test_iid 2,000 of 5..10; and, for
@@ -14,19 +14,16 @@ twice in a split, and no evaluation split shares a source with train.
 the target length; for dedupe it is the number of groups.
 """
 
+import functools
 import random
-from pathlib import Path
-from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Sequence
 
-from ..catalog import DIGIT_SPLIT_PLANS, SplitPlan
-from .common import DataError, Example, Splits, TaskBuilder
+from ..catalog import DIGIT_SPLIT_PLANS
+from .common import Splits, TaskBuilder
+from .generated import Rule, Tokens, generate_splits, task_builder, uniform_tokens
 
 DIGITS = tuple(str(d) for d in range(10))
 DEDUPE_GROUP_SIZES = (1, 3, 5)
-
-Tokens = List[str]
-Rule = Callable[[Tokens], Tuple[Tokens, Tokens]]
-Draw = Callable[[random.Random, int], Tokens]
 
 
 SPLIT_PLANS = DIGIT_SPLIT_PLANS
@@ -77,8 +74,7 @@ RULES = {
 # --- how a sequence of a given length is drawn ------------------------------------------
 
 
-def draw_digits(rng: random.Random, length: int) -> Tokens:
-    return [rng.choice(DIGITS) for _ in range(length)]
+draw_digits = uniform_tokens(DIGITS)
 
 
 def draw_groups(rng: random.Random, length: int) -> Tokens:
@@ -93,62 +89,15 @@ def draw_groups(rng: random.Random, length: int) -> Tokens:
 DRAWS = {"dedupe": draw_groups}
 
 
-# --- the shared split generator ---------------------------------------------------------
-
-
-def split_rng(seed: int, task: str, split: str) -> random.Random:
-    """Independent generator per (seed, task, split); string seeds are stable across runs."""
-    return random.Random(f"{seed}/{task}/{split}")
-
-
-def generate_split(
-    task: str, seed: int, plan: SplitPlan, excluded_sources: FrozenSet[str] = frozenset()
-) -> List[Example]:
-    """Draw `plan.size` examples with distinct sources not in `excluded_sources`."""
-    rule, draw = RULES[task], DRAWS.get(task, draw_digits)
-    rng = split_rng(seed, task, plan.name)
-    examples: List[Example] = []
-    seen = set()
-    attempts_left = 100 * plan.size
-    while len(examples) < plan.size:
-        attempts_left -= 1
-        if attempts_left < 0:
-            raise DataError(f"{task}/{plan.name}: cannot find {plan.size} distinct sources")
-        length = rng.randint(plan.min_length, plan.max_length)
-        source, target = rule(draw(rng, length))
-        source_text = " ".join(source)
-        if source_text in seen or source_text in excluded_sources:
-            continue
-        seen.add(source_text)
-        examples.append(Example(source_text, " ".join(target), length))
-    return examples
-
-
 def build_digit_task(task: str, seed: int, test_lengths: Sequence[int] = (), test_size: int = 500) -> Splits:
     """All splits of one digit task, and ``testN`` of ``test_size`` examples for each N of
-    ``test_lengths`` that is not a split already; evaluation splits never repeat a train source.
-    Every split is drawn from a generator of its own name, so extra lengths change no other split."""
-    splits: Splits = {}
-    train_sources: FrozenSet[str] = frozenset()
-    names = {plan.name for plan in SPLIT_PLANS}
-    extra = [SplitPlan(f"test{n}", test_size, n, n) for n in dict.fromkeys(test_lengths) if f"test{n}" not in names]
-    for plan in (*SPLIT_PLANS, *extra):
-        splits[plan.name] = generate_split(task, seed, plan, train_sources)
-        if plan.name == "train":
-            train_sources = frozenset(ex.source for ex in splits["train"])
-    return splits
+    ``test_lengths`` that is not a split already (the shared generator of ``generated.py``)."""
+    rule: Rule = RULES[task]
+    return generate_splits(task, seed, SPLIT_PLANS, rule, DRAWS.get(task, draw_digits), test_lengths, test_size)
 
 
 def builder_for(task: str) -> TaskBuilder:
-    def build(
-        seed: int, data_dir: Optional[Path] = None, test_lengths: Sequence[int] = (), test_size: int = 500
-    ) -> Splits:
-        if data_dir is not None:
-            raise DataError(f"task {task} is generated and reads no files; drop --data-dir")
-        return build_digit_task(task, seed, test_lengths, test_size)
-
-    build.__name__ = f"build_{task}"
-    return build
+    return task_builder(task, functools.partial(build_digit_task, task))
 
 
 build_copy = builder_for("copy")

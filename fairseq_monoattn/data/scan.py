@@ -13,13 +13,20 @@ Two input layouts are accepted in the data folder:
 
 The shipped copy (`fairseq_monoattn/data/files/scan/`, BSD licence) holds both layouts.
 "Length" is the number of command tokens.
+
+The length cutoffs of Newman et al. (2020), tasks ``scan_cutoffN`` (the cutoffs are the
+catalog's ``SCAN_CUTOFFS``), re-split all of SCAN (the upstream length split's train and test
+files together): train on the commands of at most N actions, but for a seeded i.i.d. tenth of them
+held out as valid, and test on the commands of more.  Their "length" is the number of actions.
 """
 
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from ..catalog import SCAN_CUTOFF_VALID_SHARE, SCAN_CUTOFFS
 from .common import DataError, Example, Splits
 
 DEFAULT_DATA_DIR: Optional[Path] = Path(__file__).resolve().parent / "files" / "scan"
@@ -128,3 +135,68 @@ def build_scan(seed: int, data_dir: Optional[Path] = None) -> Splits:
     if (folder / TRAIN_FILE).is_file() and (folder / TEST_FILE).is_file():
         return upstream_splits(folder, seed)
     raise DataError("no SCAN files found; " + EXPECTED_FILES, folder)
+
+
+# --- length cutoffs (Newman et al., 2020) -------------------------------------------------
+
+
+def all_commands(folder: Path) -> List[Example]:
+    """Every SCAN command once: the upstream length split's train and test files together (they
+    partition SCAN's 20,910 commands), in file order; a command found twice is refused."""
+    missing = [name for name in (TRAIN_FILE, TEST_FILE) if not (folder / name).is_file()]
+    if missing:
+        raise DataError(
+            f"a length cutoff reads the upstream SCAN files {TRAIN_FILE} and {TEST_FILE} "
+            f"('IN: ... OUT: ...' lines); missing {', '.join(missing)}",
+            folder,
+        )
+    seen = {}
+    commands = []
+    for name in (TRAIN_FILE, TEST_FILE):
+        path = folder / name
+        for (number, _), example in zip(numbered_lines(path), read_upstream_file(path)):
+            if example.source in seen:
+                raise DataError(f"command {example.source!r} is also at {seen[example.source]}", path, number)
+            seen[example.source] = f"{path}:{number}"
+            commands.append(example)
+    return commands
+
+
+def cutoff_splits(cutoff: int, seed: int, data_dir: Optional[Path] = None) -> Splits:
+    """Train: the commands of at most ``cutoff`` actions but a seeded i.i.d. tenth of them, which
+    is ``valid``; test: every command of more actions.  All three keep the file order; an
+    example's length is its number of actions."""
+    folder = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+    if not folder.is_dir():
+        raise DataError("no such folder", folder)
+    commands = [replace(ex, length=len(ex.target.split())) for ex in all_commands(folder)]
+    within = [ex for ex in commands if ex.length <= cutoff]
+    beyond = [ex for ex in commands if ex.length > cutoff]
+    if not within or not beyond:
+        raise DataError(f"cutoff {cutoff} leaves no command on one side (action lengths {min_max(commands)})", folder)
+    rng = random.Random(f"{seed}/scan_cutoff{cutoff}/valid")
+    held_out = set(rng.sample(range(len(within)), round(SCAN_CUTOFF_VALID_SHARE * len(within))))
+    return {
+        "train": [ex for i, ex in enumerate(within) if i not in held_out],
+        "valid": [ex for i, ex in enumerate(within) if i in held_out],
+        "test": beyond,
+    }
+
+
+def min_max(examples: List[Example]) -> str:
+    lengths = [ex.length for ex in examples]
+    return f"{min(lengths)}-{max(lengths)}"
+
+
+def cutoff_builder(cutoff: int):
+    def build(seed: int, data_dir: Optional[Path] = None) -> Splits:
+        return cutoff_splits(cutoff, seed, data_dir)
+
+    build.__name__ = f"build_scan_cutoff{cutoff}"
+    return build
+
+
+# build_scan_cutoff22, build_scan_cutoff24, ...: the builders the catalog names, one per cutoff
+for _cutoff in SCAN_CUTOFFS:
+    globals()[f"build_scan_cutoff{_cutoff}"] = cutoff_builder(_cutoff)
+del _cutoff
