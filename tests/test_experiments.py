@@ -131,6 +131,8 @@ def test_a_run_trains_scores_and_records(finished):
     assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     built = compiled.kernels is not None and compiled.ENABLED
     assert record["environment"]["kernels"] == ("C++" if built else "Python")
+    assert record["training_code"] == ["C++ decoder loop" if built else "Python"]  # a built-in preset
+    assert record["user_dir"] is None  # the plugin's own presets
     package = str(Path(compiled.__file__).parents[1])
     head = subprocess.run(["git", "-C", package, "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = record["environment"]["plugin_commit"]

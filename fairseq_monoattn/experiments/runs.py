@@ -284,6 +284,7 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
             test_splits(data),
             scores_file,
             force=True,
+            user_dir=spec.user_dir,  # a user's preset or entry is only known after importing it
         )
         timing["scoring_seconds"] = time.time() - start
         write_json_atomic(timing_file, timing)
@@ -434,6 +435,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "recipe": spec.recipe,
         "max_epoch": spec.max_epoch,
         "stop_after_perfect": spec.stop_after_perfect,
+        "user_dir": spec.user_dir,  # None: the plugin's own presets and entries
         "train_options": training_options(spec),
         "epochs_run": len(history),
         "best_epoch": best.get("epoch"),
@@ -448,6 +450,9 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
         "scoring_precision": scored.get("precision", "float32"),  # float32: scored before float64 was the default
         "training_threads": timing.get("threads"),  # None: a run from before the count was kept
+        # the code the decoder's training passes ran, once per part of the run (None: a model that does
+        # not say, or a run from before it was kept)
+        "training_code": training_code(run_dir / "stdout.log"),
         # a scores.json written before the cut-short counts existed (run scored, then killed before its record)
         # gives a record without them, as records of that time have
         "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
@@ -457,6 +462,22 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
     }
+
+
+def training_code(output: Path) -> Optional[List[str]]:
+    """The code the decoder's training passes ran (``compiled.training_code``), as the training's
+    output says it: one line per fairseq-train process (a resumed run has several), each value
+    once in the order first seen; None where no line says it."""
+    from ..modules.compiled import TRAINING_CODE_LINE
+
+    if not output.exists():
+        return None
+    found = [
+        line.split(TRAINING_CODE_LINE, 1)[1].strip()
+        for line in output.read_text(errors="replace").splitlines()
+        if TRAINING_CODE_LINE in line
+    ]
+    return list(dict.fromkeys(found)) or None
 
 
 def trained_model_config(checkpoint: Path) -> dict:
