@@ -1244,3 +1244,52 @@ def test_another_data_seed_never_shares_a_run_folder_or_passes_for_a_recorded_ru
     outcome = launch.run_local([other], work, results, jobs=1, log=lines.append)
     assert outcome[other.key].startswith(f"failed: {spec.record_path(results)} records another run")
     assert "'data_seed': 1" in outcome[other.key] and not other.run_dir(work).exists()
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["run", "copy", "--arch", "gru_onestep", "--max-epoch", "0"], "argument --max-epoch: must be at least 1"),
+        (["run", "copy", "--arch", "gru_onestep", "--seeds", "1", "-1"], "argument --seeds: must be at least 0"),
+        (["run", "copy", "--arch", "gru_onestep", "--jobs", "0"], "argument --jobs: must be at least 1"),
+        (["run", "copy", "--arch", "gru_onestep", "--data-seed", "-2"], "argument --data-seed: must be at least 0"),
+        (
+            ["compare", "copy", "--arch", "gru_onestep", "--variant", "a=", "--variant", "b=", "--max-epoch", "0"],
+            "argument --max-epoch: must be at least 1",
+        ),  # fmt: skip
+        (
+            ["compare", "copy", "--arch", "gru_onestep", "--variant", "a=", "--variant", "b=", "--jobs", "0"],
+            "argument --jobs: must be at least 1",
+        ),  # fmt: skip
+        (["sweep", "run", "smoke", "--seeds", "-1"], "argument --seeds: must be at least 0"),
+        (["sweep", "run", "smoke", "--jobs", "0"], "argument --jobs: must be at least 1"),
+        (["sweep", "run", "smoke", "--jobs", "two"], "argument --jobs: not a whole number: 'two'"),
+    ],
+    ids=[
+        "run-epochs",
+        "run-seeds",
+        "run-jobs",
+        "run-data-seed",
+        "compare-epochs",
+        "compare-jobs",
+        "sweep-seeds",
+        "sweep-jobs",
+        "sweep-jobs-word",
+    ],  # fmt: skip
+)
+def test_a_budget_seed_or_job_count_that_means_something_else_is_a_usage_error_before_any_work(
+    tmp_path, monkeypatch, capsys, argv, named
+):
+    """--max-epoch 0 (fairseq-train's "no limit": a run that never ends), a negative seed (which
+    failed in the worker, after making its folder), --jobs 0 (a traceback): one line naming the
+    option, exit status 2, nothing made."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(f"fairseq_monoattn.cli.{argv[0]}").main
+    with pytest.raises(SystemExit) as stopped:
+        main(argv[1:] + ["--work", "w", "--results", "r"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and named in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -46,6 +46,26 @@ def fail(message: str):
 # --- the shared options -------------------------------------------------------------------------
 
 
+def whole_number(least: int, why: str = ""):
+    """An argparse ``type``: a whole number of at least ``least`` (argparse names the option in
+    its one-line error); ``why`` says what a smaller value would do."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}" + (f" ({why})" if why else ""))
+        return value
+
+    return parse
+
+
+SEED = whole_number(0, "a seed is a non-negative number")
+POSITIVE = whole_number(1)
+
+
 def add_arch(parser: argparse.ArgumentParser, required: bool = True, several: bool = True, help: str = "") -> None:
     parser.add_argument(
         "--arch",
@@ -60,26 +80,26 @@ def add_seeds(
     parser: argparse.ArgumentParser, default: Optional[Sequence[int]] = DEFAULT_SEEDS, help: str = "training seeds"
 ) -> None:
     parser.add_argument(
-        "--seeds", nargs="+", type=int, default=list(default) if default else default, metavar="SEED", help=help
+        "--seeds", nargs="+", type=SEED, default=list(default) if default else default, metavar="SEED", help=help
     )
 
 
 def add_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-epoch",
-        type=int,
+        type=whole_number(1, "fairseq-train reads 0 as no limit: the run would never end"),
         default=DEFAULT_MAX_EPOCH,
         metavar="N",
         help="epoch budget of every run (the paper: 100)",
     )
     parser.add_argument(
         "--stop-after-perfect",
-        type=int,
+        type=whole_number(0),
         default=DEFAULT_STOP_AFTER_PERFECT,
         metavar="K",
         help="stop a run once greedy valid accuracy has been 100 for K epochs (0: never)",
     )
-    parser.add_argument("--data-seed", type=int, default=1, metavar="SEED", help="seed of the prepared data")
+    parser.add_argument("--data-seed", type=SEED, default=1, metavar="SEED", help="seed of the prepared data")
 
 
 def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAULT_RESULTS) -> None:
@@ -104,7 +124,7 @@ def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAUL
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="runs at once, each pinned to its share of the cores"
+        "--jobs", type=POSITIVE, default=1, metavar="N", help="runs at once, each pinned to its share of the cores"
     )
 
 
