@@ -238,6 +238,24 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
         score(checkpoint, data / "bin", ["test9"], out)
 
 
+def test_score_makes_the_folder_of_out_before_it_writes_predictions(finished, tmp_path, capsys):
+    """fairseq-monoattn-score --out NEWDIR/x.json --predictions: the folder is made, each split's
+    predictions and the scores land in it (the predictions of the first split used to fail)."""
+    from fairseq_monoattn.cli.score import main as score_main
+
+    work, _, spec, record = finished
+    out = tmp_path / "new" / "deeper" / "x.json"
+    checkpoint = spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt"
+    argv = ["--checkpoint", checkpoint, "--data", spec.data_dir(work) / "bin", "--splits", "test_iid", "test9"]
+    assert score_main([*map(str, argv), "--out", str(out), "--predictions"]) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x.json", "x.test9.txt", "x.test_iid.txt"]
+    assert len((out.parent / "x.test9.txt").read_text().splitlines()) == 13
+    scores = json.loads(out.read_text())["splits"]
+    assert {split: scores[split]["correct"] for split in scores} == {
+        split: counts["correct"] for split, counts in record["splits"].items()
+    }
+
+
 @pytest.mark.long(18)
 def test_local_launcher_runs_what_is_missing_once(tmp_path):
     import torch
