@@ -613,7 +613,8 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     capsys.readouterr()
     smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
     path.unlink()
-    smoke.write_text(json.dumps(dict(record, seed=1, training_seconds=600.0, scoring_seconds=60.0)))
+    smoke_run = dict(max_epoch=1, stop_after_perfect=0)  # the smoke sweep's budget
+    smoke.write_text(json.dumps(dict(record, seed=1, **smoke_run, training_seconds=600.0, scoring_seconds=60.0)))
     sweep_main(["status", "smoke", "--results", str(moved)])
     out = capsys.readouterr().out
     assert re.search(r"outdated: \S+seed1.json \(step_temperature: 2.0 there, 5.0 now\)", out)
@@ -1311,3 +1312,33 @@ def test_a_budget_seed_or_job_count_that_means_something_else_is_a_usage_error_b
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and named in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.long(15)
+def test_the_smoke_sweep_runs_in_a_folder_whose_results_hold_the_papers_runs_of_its_cells(
+    finished, tmp_path, monkeypatch, capsys
+):
+    """In the repository root, results/paper holds the 25-epoch runs of the smoke sweep's cells: the
+    smoke sweep's one-epoch records go to WORK/smoke-results and the paper's are left alone; the
+    status of the smoke sweep over results/paper does not count a paper run as its own."""
+    from fairseq_monoattn.cli.sweep import main as sweep_main
+
+    monkeypatch.chdir(tmp_path)
+    smoke = tiny_spec(seed=1, max_epoch=1)
+    paper = smoke.record_path(Path("results/paper"))
+    paper.parent.mkdir(parents=True)
+    paper.write_text(json.dumps(dict(finished[3], seed=1, max_epoch=25, stop_after_perfect=3)))
+    before = paper.read_text()
+    with_tiny_data(Path("work"), smoke)
+    assert sweep_main(["status", "smoke", "--task", "copy"]) == 0
+    assert "smoke: 0 of 1 runs have records in work/smoke-results; 1 left" in capsys.readouterr().out
+    assert sweep_main(["status", "smoke", "--task", "copy", "--results", "results/paper"]) == 0
+    out = capsys.readouterr().out
+    assert "smoke: 0 of 1 runs have records in results/paper" in out
+    assert f"not this sweep's run: {paper} records another run" in out
+    assert sweep_main(["run", "smoke", "--task", "copy"]) == 0
+    record = json.loads(smoke.record_path(Path("work/smoke-results")).read_text())
+    assert (record["max_epoch"], record["epochs_run"], record["seed"]) == (1, 1, 1)
+    assert paper.read_text() == before
+    assert sweep_main(["status", "smoke", "--task", "copy"]) == 0
+    assert "smoke: 1 of 1 runs have records in work/smoke-results" in capsys.readouterr().out

@@ -117,7 +117,7 @@ def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAUL
             ""
             if results is not None
             else "; default: the sweep's own folder (results/paper for the paper's tables, "
-            "results/transformer for the Transformer sweeps)"
+            "results/transformer for the Transformer sweeps, WORK/smoke-results for smoke)"
         ),
     )
 

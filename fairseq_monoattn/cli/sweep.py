@@ -80,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     if "results" not in vars(args):  # the sweep's own folder: results/paper for the paper's tables
-        args.results = Path(sweep.results)
+        args.results = sweep.results_folder(args.work)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
     from ..experiments.runs import read_records
