@@ -212,15 +212,21 @@ SKIPPED = "skipped"
 
 
 def summarize_outcome(outcome: Dict[str, str], log: Callable[[str], None] = print) -> int:
-    """Report the runs that failed or were skipped; the exit status: 1 if any failed, else 0 (a
-    run skipped because another process is training it is not a failure)."""
+    """Report the runs that failed or were skipped; the exit status: 1 if any failed, else
+    BUSY_EXIT if any was skipped because another process is training it (not a failure, but this
+    command did not record it), else 0."""
     failed = {key: result for key, result in outcome.items() if result != "ok" and not result.startswith(SKIPPED)}
-    for key, result in outcome.items():
-        if result.startswith(SKIPPED):
-            log(f"skipped {key}: {result[len(SKIPPED) + 2 :]}")
+    skipped = [key for key, result in outcome.items() if result.startswith(SKIPPED)]
+    for key in skipped:
+        log(f"skipped {key}: {outcome[key][len(SKIPPED) + 2 :]}")
     for key, result in failed.items():
         log(f"FAILED {key}: {result}")
-    return 1 if failed else 0
+    if skipped and not failed:
+        log(
+            f"{len(skipped)} of {len(outcome)} runs not run here: another process is training them; the same "
+            f"command once it has finished records them (exit status {BUSY_EXIT})"
+        )
+    return 1 if failed else BUSY_EXIT if skipped else 0
 
 
 def run_submitit(
