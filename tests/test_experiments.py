@@ -1342,3 +1342,46 @@ def test_the_smoke_sweep_runs_in_a_folder_whose_results_hold_the_papers_runs_of_
     assert paper.read_text() == before
     assert sweep_main(["status", "smoke", "--task", "copy"]) == 0
     assert "smoke: 1 of 1 runs have records in work/smoke-results" in capsys.readouterr().out
+
+
+def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted_nowhere(finished, tmp_path, capsys):
+    """A copy of copy/gru_onestep/default/seed3.json put at another model's, variant's or seed's
+    place, or beside itself under another name: each is named in one line and left out, the tables
+    count the run once, and a run whose place holds another run's record is not taken as done."""
+    import shutil
+
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from fairseq_monoattn.experiments.runs import read_records
+
+    _, results, spec, record = finished
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    original = spec.record_path(copy)
+    misplaced = [
+        copy / "copy" / "gru_locattn" / "default" / "seed2.json",
+        copy / "copy" / "gru_onestep" / "other" / "seed3.json",
+        copy / "copy" / "gru_onestep" / "default" / "seed4.json",
+        copy / "copy" / "gru_onestep" / "default" / "seed3-before.json",
+    ]
+    for path in misplaced:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(original, path)
+    records, problems = read_records(copy)
+    assert records == [record]
+    assert sorted(problems) == sorted(
+        f"{path}: it is the record of copy/gru_onestep/default/seed3, whose place is {original}; left out "
+        f"(move it there, or delete it if it is a copy)"
+        for path in misplaced
+    )
+    out = tmp_path / "RESULTS.md"
+    assert aggregate_main(["--results", str(copy), "--update", str(out)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert sorted(line for line in err if line.startswith("unreadable record:")) == sorted(
+        f"unreadable record: {problem}" for problem in problems
+    )
+    assert "Generated from 1 records" in out.read_text()
+    # a spec whose place holds the copy: not done, never trained over
+    locattn = RunSpec(**{**spec.__dict__, "arch": "gru_locattn", "seed": 2})
+    outcome = launch.run_local([locattn], tmp_path / "work", copy, log=lambda line: None)
+    assert outcome[locattn.key].startswith(f"failed: {misplaced[0]} records another run")
+    assert not (tmp_path / "work").exists()

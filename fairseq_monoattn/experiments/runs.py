@@ -56,6 +56,11 @@ class RunBusy(RunError):
 BUSY_EXIT = 3  # the worker's exit code for RunBusy
 
 
+def record_place(results: Path, task: str, arch: str, variant: str, seed: int) -> Path:
+    """Where the record of a run goes: RESULTS/TASK/ARCH/VARIANT/seedN.json."""
+    return Path(results) / task / arch / variant / f"seed{seed}.json"
+
+
 @dataclass(frozen=True)
 class RunSpec:
     task: str
@@ -74,7 +79,7 @@ class RunSpec:
         return f"{self.task}/{self.arch}/{self.variant}/seed{self.seed}"
 
     def record_path(self, results: Path) -> Path:
-        return Path(results) / self.task / self.arch / self.variant / f"seed{self.seed}.json"
+        return record_place(results, self.task, self.arch, self.variant, self.seed)
 
     def run_dir(self, work: Path) -> Path:
         """Its checkpoints and logs; another data seed's run never shares (and so never resumes) them."""
@@ -342,6 +347,10 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path, forked=N
 def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
     """A record stands for its spec only: another variant under the same name is an error."""
     wanted = {
+        "task": spec.task,
+        "arch": spec.arch,
+        "variant": spec.variant,
+        "seed": spec.seed,
         "options": list(spec.options),
         "data_seed": spec.data_seed,
         "max_epoch": spec.max_epoch,
@@ -661,10 +670,23 @@ def read_records(results: Path) -> Tuple[List[dict], List[str]]:
     records, problems = [], []
     for path in sorted(Path(results).glob("*/*/*/seed*.json")):
         try:
-            records.append(read_record(path))
+            record = read_record(path)
+            check_record_place(record, path, results)
+            records.append(record)
         except RecordError as error:
             problems.append(str(error))
     return records, problems
+
+
+def check_record_place(record: dict, path: Path, results: Path) -> None:
+    """A record is read for what it says (task, arch, variant, seed), so it must lie where it says:
+    a copy elsewhere would count its run twice and hide the run of its place."""
+    place = record_place(results, record["task"], record["arch"], record["variant"], record["seed"])
+    if Path(path).relative_to(results) != place.relative_to(results):
+        raise RecordError(
+            f"{path}: it is the record of {record['task']}/{record['arch']}/{record['variant']}/seed{record['seed']}, "
+            f"whose place is {place}; left out (move it there, or delete it if it is a copy)"
+        )
 
 
 def load_records(results: Path) -> List[dict]:

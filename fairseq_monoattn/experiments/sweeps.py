@@ -263,10 +263,10 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
     and their CPU-hours (from the sweep's own records, or before it has any, every record of its
     cells), records not committed, records whose model is no longer the one their command builds."""
     from .git_records import uncommitted_records
-    from .runs import check_record_matches, describe_differences, outdated_records
+    from .runs import check_record_matches, describe_differences, outdated_records, record_place
 
     specs = sweep.specs()
-    by_path = {str(Path(results) / r["task"] / r["arch"] / r["variant"] / f"seed{r['seed']}.json"): r for r in records}
+    by_path = {str(record_place(results, r["task"], r["arch"], r["variant"], r["seed"])): r for r in records}
     done, others = [], []  # a record of another run in a spec's place (another budget, say) is not done
     for spec in specs:
         record = by_path.get(str(spec.record_path(results)))
@@ -298,7 +298,7 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
             f"`--commit` commits them before it runs anything"
         )
     for record, changed in outdated_records(done_records):
-        path = Path(results) / record["task"] / record["arch"] / record["variant"] / f"seed{record['seed']}.json"
+        path = record_place(results, record["task"], record["arch"], record["variant"], record["seed"])
         lines.append(
             f"outdated: {path} ({describe_differences(changed, 'there')}); fairseq-monoattn-aggregate refuses it"
         )
