@@ -1370,7 +1370,7 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
     assert records == [record]
     assert sorted(problems) == sorted(
         f"{path}: it is the record of copy/gru_onestep/default/seed3, whose place is {original}; left out "
-        f"(move it there, or delete it if it is a copy)"
+        f"(move it there, or edit what it says to fit its place, or delete a copy)"
         for path in misplaced
     )
     out = tmp_path / "RESULTS.md"
@@ -1384,4 +1384,40 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
     locattn = RunSpec(**{**spec.__dict__, "arch": "gru_locattn", "seed": 2})
     outcome = launch.run_local([locattn], tmp_path / "work", copy, log=lambda line: None)
     assert outcome[locattn.key].startswith(f"failed: {misplaced[0]} records another run")
+    assert not (tmp_path / "work").exists()
+
+
+def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tabled_and_reused(
+    finished, tmp_path, capsys
+):
+    """docs/experiments.md's three steps for a refused record (move it, set its variant, add the
+    options the refusal lists): aggregate then tables it under the new variant, and a run of that
+    variant with those options takes it as done; moved but not edited, it is named and left out."""
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+
+    _, _, spec, record = finished
+    results = tmp_path / "results"
+    path = spec.record_path(results)
+    path.parent.mkdir(parents=True)
+    record = json.loads(json.dumps(record))
+    record["model_config"]["step_temperature"] = 2.0  # trained before a default changed
+    path.write_text(json.dumps(record))
+    assert aggregate_main(["--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert f"  {path}: step_temperature: 2.0 there, 5.0 now (its options: --step-temperature 2.0)" in err
+    moved = path.parents[1] / "step-temperature-2" / path.name  # step 1 alone
+    moved.parent.mkdir()
+    path.rename(moved)
+    capsys.readouterr()
+    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 1  # none readable
+    assert f"unreadable record: {moved}: it is the record of copy/gru_onestep/default/seed3" in capsys.readouterr().err
+    edited = json.loads(moved.read_text())  # steps 2 and 3
+    edited["variant"] = "step-temperature-2"
+    edited["options"] += ["--step-temperature", "2.0"]
+    moved.write_text(json.dumps(edited))
+    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and "Generated from 1 records" in out.out and "| copy | gru_onestep | 3 |" in out.out
+    again = RunSpec(**{**spec.__dict__, "variant": "step-temperature-2", "options": ("--step-temperature", "2.0")})
+    assert launch.run_local([again], tmp_path / "work", results, log=lambda line: None) == {again.key: "ok"}
     assert not (tmp_path / "work").exists()

@@ -396,6 +396,19 @@ def describe_differences(changed: Dict[str, tuple], where: str) -> str:
     return "; ".join(f"{key}: {old!r} {where}, {new!r} now" for key, (old, new) in changed.items())
 
 
+def pinning_options(changed: Dict[str, tuple]) -> Optional[List[str]]:
+    """The fairseq-train options that build today the model a record trained (its values of the
+    ``changed`` model options, :func:`model_differences`), to add to the record's ``options``
+    when it moves to a variant of its own; None when a difference is not a model option of one
+    value (a task option, an option then unset)."""
+    options = []
+    for key, (old, _new) in changed.items():
+        if key == "task" or old is None or isinstance(old, (dict, list)):
+            return None
+        options += [f"--{key.replace('_', '-')}", str(old)]
+    return options
+
+
 def spec_from_dict(values: dict) -> RunSpec:
     """The RunSpec that a dict of its fields names: a spec sent as JSON, or a run record (whose
     other keys are ignored)."""
@@ -685,7 +698,7 @@ def check_record_place(record: dict, path: Path, results: Path) -> None:
     if Path(path).relative_to(results) != place.relative_to(results):
         raise RecordError(
             f"{path}: it is the record of {record['task']}/{record['arch']}/{record['variant']}/seed{record['seed']}, "
-            f"whose place is {place}; left out (move it there, or delete it if it is a copy)"
+            f"whose place is {place}; left out (move it there, or edit what it says to fit its place, or delete a copy)"
         )
 
 
