@@ -1,6 +1,7 @@
 """Scoring, runs with records, the local and submitit launchers, resuming, the comparison of
 option sets and the aggregated tables."""
 
+import contextlib
 import json
 import os
 import re
@@ -1421,3 +1422,104 @@ def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tab
     again = RunSpec(**{**spec.__dict__, "variant": "step-temperature-2", "options": ("--step-temperature", "2.0")})
     assert launch.run_local([again], tmp_path / "work", results, log=lambda line: None) == {again.key: "ok"}
     assert not (tmp_path / "work").exists()
+
+
+def test_a_write_that_finds_the_disk_full_is_named_by_the_worker_with_its_file(finished, tmp_path, monkeypatch, capsys):
+    """A full disk while a run writes its record: the worker's error says so and names the file (it
+    was a traceback), and the launcher's outcome carries that line instead of 'see worker.log'."""
+    import errno
+    import shutil
+
+    from fairseq_monoattn.experiments import runs, worker
+
+    work, results, spec, _ = finished
+    copy = tmp_path / "work"
+    shutil.copytree(spec.run_dir(work), spec.run_dir(copy))  # scored, not recorded: the record is the next write
+    shutil.copytree(spec.data_dir(work), spec.data_dir(copy))
+    (spec.run_dir(copy) / "command.txt").unlink()  # it names the other work folder
+    record_path = spec.record_path(tmp_path / "results")
+
+    def full_disk(path, value):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(runs, "write_json_atomic", full_disk)
+    monkeypatch.setattr(worker, "forked_training", contextlib.nullcontext)
+    assert worker.main([launch.spec_to_json(spec), str(copy), str(tmp_path / "results")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {spec.key}: [Errno 28] No space left on device: '{record_path}'"
+    log = tmp_path / "worker.log"
+    log.write_text(f"[{spec.key}] recording\n{err}\n")
+    assert (
+        launch.worker_failure(1, log)
+        == f"failed (exit 1): {spec.key}: [Errno 28] No space left on device: '{record_path}'"
+    )
+    log.write_text("Traceback (most recent call last):\n  File x\nOSError: [Errno 28] No space left on device\n")
+    assert launch.worker_failure(1, log) == f"failed (exit 1): OSError: [Errno 28] No space left on device (in {log})"
+    log.write_text("")
+    assert launch.worker_failure(1, log) == f"failed (exit 1); see {log}"
+
+
+@pytest.mark.long(12)
+def test_a_training_that_fails_is_reported_with_its_cause_and_the_file_that_has_it(tmp_path):
+    """fairseq-train stops on an error (here: its checkpoint folder is a file, as a write on a full
+    disk stops it): the outcome gives fairseq-train's own last error line and its output's file,
+    not 'see worker.log', which said 'see stdout.log'."""
+    work, results = tmp_path / "work", tmp_path / "results"
+    (spec,) = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1))
+    spec.run_dir(work).mkdir(parents=True)
+    (spec.run_dir(work) / "checkpoints").write_text("not a folder")
+    outcome = launch.run_local([spec], work, results, log=lambda line: None)
+    stdout_log = spec.run_dir(work) / "stdout.log"
+    assert re.fullmatch(
+        rf"failed \(exit 1\): fairseq-train failed for {spec.key} \(exit 1\): "
+        rf"(FileExistsError|NotADirectoryError): \[Errno \d+\] .*; see {re.escape(str(stdout_log))}",
+        outcome[spec.key],
+    ), outcome[spec.key]
+    assert outcome[spec.key].split("): ", 2)[2].split("; see")[0] in stdout_log.read_text()
+
+
+@pytest.mark.long(30)
+def test_ctrl_c_stops_a_sweep_cleanly_and_the_same_command_resumes_it(tmp_path):
+    """SIGINT to the command's process group (a Ctrl-C at the terminal) while a run trains: no
+    traceback, a line saying it was interrupted, what has records and how to resume, exit status
+    130; the same command then finishes every run."""
+    from forked_commands import THREAD_ENV
+
+    work, results = tmp_path / "work", tmp_path / "results"
+    specs = with_tiny_data(work, *(tiny_spec(seed=seed, max_epoch=4) for seed in (1, 2)))
+    argv = ["copy", "--arch", "gru_onestep", "--seeds", "1", "2", "--max-epoch", "4", "--stop-after-perfect", "0",
+            "--work", str(work), "--results", str(results)]  # fmt: skip
+    runner = subprocess.Popen(
+        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        env=dict(os.environ, **THREAD_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    checkpoint = specs[0].run_dir(work) / "checkpoints" / "checkpoint_last.pt"
+    deadline = time.time() + 240
+    while not checkpoint.exists() and runner.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert checkpoint.exists() and runner.poll() is None
+    os.killpg(runner.pid, signal.SIGINT)
+    out, err = runner.communicate(timeout=120)
+    assert runner.returncode == 130, out + err
+    assert "Traceback" not in out + err and "FAILED" not in out
+    assert f"[{specs[0].key}] interrupted: stopped; it resumes from its last checkpoint." in out
+    assert out.splitlines()[-1] == (
+        f"interrupted: 0 of 2 runs have records; stopped: {specs[0].key} (each resumes from its last checkpoint); "
+        "1 not started. The same command resumes (exit status 130)"
+    )
+    assert "Traceback" not in (specs[0].run_dir(work) / "worker.log").read_text()
+    assert not any(s.record_path(results).exists() for s in specs)
+    assert not (specs[1].run_dir(work) / "worker.log").exists()  # never started
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        env=dict(os.environ, **THREAD_ENV),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [json.loads(s.record_path(results).read_text())["epochs_run"] for s in specs] == [4, 4]

@@ -3,12 +3,16 @@ shows every default, the options every command names the same way, and the check
 anything is created."""
 
 import argparse
+import functools
 import io
 import logging
 import shlex
+import sys
 from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
+
+from ..experiments.runs import INTERRUPTED_EXIT
 
 # fairseq's INFO chatter (data loading, "install tensorboardX") is not the commands' output
 logging.getLogger("fairseq").setLevel(logging.WARNING)
@@ -36,6 +40,21 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def interruptible(main):
+    """A training command's ``main`` that ends a Ctrl-C arriving outside the runs (the launcher
+    reports those itself) with one line and exit status 130 instead of a traceback."""
+
+    @functools.wraps(main)
+    def wrapped(argv: Optional[List[str]] = None) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("interrupted: finished runs keep their records; the same command resumes", file=sys.stderr)
+            return INTERRUPTED_EXIT
+
+    return wrapped
 
 
 def fail(message: str):

@@ -7,7 +7,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
-from .common import POSITIVE, SEED, Parser, add_arch, add_jobs, add_places, add_seeds, check_tasks, whole_number
+from .common import (
+    POSITIVE,
+    SEED,
+    Parser,
+    add_arch,
+    add_jobs,
+    add_places,
+    add_seeds,
+    check_tasks,
+    interruptible,
+    whole_number,
+)
 
 
 def build_parser() -> Parser:
@@ -61,6 +72,7 @@ def build_parser() -> Parser:
     return parser
 
 
+@interruptible
 def main(argv: Optional[List[str]] = None) -> int:
     from ..experiments.sweeps import SWEEPS, get_sweep
 

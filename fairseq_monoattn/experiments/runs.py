@@ -54,6 +54,7 @@ class RunBusy(RunError):
 
 
 BUSY_EXIT = 3  # the worker's exit code for RunBusy
+INTERRUPTED_EXIT = 130  # the worker's and the commands' exit code after Ctrl-C (128 + SIGINT, as shells use)
 
 
 def record_place(results: Path, task: str, arch: str, variant: str, seed: int) -> Path:
@@ -278,7 +279,12 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
         with open(run_dir / "stdout.log", "a") as out:
             code = run_timed(command, out, timing, timing_file, forked)
         if code != 0:
-            raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
+            cause = last_error(run_dir / "stdout.log")
+            raise RunError(
+                f"fairseq-train failed for {spec.key} (exit {code})"
+                + (f": {cause}" if cause else "")
+                + f"; see {run_dir / 'stdout.log'}"
+            )
         log(f"[{spec.key}] scoring checkpoint_best.pt")
         from ..scoring import score  # torch and fairseq: not for the commands that only plan runs
 
@@ -297,6 +303,20 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
     write_json_atomic(record_path, record)
     log(f"[{spec.key}] recorded {record_path}")
     return record
+
+
+# the line of a log that says why a program stopped: ours ("error: ..."), or a traceback's last line
+ERROR_LINE = re.compile(r"(error: |[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b)")
+
+
+def last_error(log: Path) -> Optional[str]:
+    """The last line of ``log`` that says why a program stopped (None: none, or no log to read)."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = next((line.strip() for line in reversed(lines) if ERROR_LINE.match(line.strip())), None)
+    return None if found is None else found[:500]
 
 
 def training_threads() -> int:
