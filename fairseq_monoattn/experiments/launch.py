@@ -88,15 +88,16 @@ class Progress:
         with self.lock:
             self.running += 1
 
-    def finished(self, seconds: float, ok: bool, elsewhere: Optional[Path] = None):
+    def finished(self, seconds: float, ok: bool, elsewhere: Optional[Path] = None, stopped: bool = False):
         """``elsewhere``: the record of a run another process was found training; it is neither done
-        nor failed here, and counts as done once that process writes the record."""
+        nor failed here, and counts as done once that process writes the record.  ``stopped``: a run
+        interrupted (Ctrl-C), left, not failed."""
         with self.lock:
             self.running -= 1
             self.done += ok
             if elsewhere is not None:
                 self.elsewhere.append(elsewhere)
-            self.failed += not ok and elsewhere is None
+            self.failed += not ok and elsewhere is None and not stopped
             if ok:
                 self.durations.append(seconds)
 
@@ -179,9 +180,9 @@ def run_local(
             log_dir.mkdir(parents=True, exist_ok=True)
             with open(log_dir / "worker.log", "a") as out:
                 # `python -m` searches its working folder first: start it next to this very
-                # package, so the worker runs the launcher's code whatever folder we were started in
-                # its own session: a Ctrl-C at the terminal reaches this process alone, which passes it
-                # on once to each worker and its training (stop_workers)
+                # package, so the worker runs the launcher's code whatever folder we were started in;
+                # in a session of its own, so that a Ctrl-C at the terminal reaches this process alone,
+                # which passes it on once to each worker and its training (stop_workers)
                 with free_lock:
                     if interrupted.is_set():  # started as the sweep was being stopped
                         code = None
@@ -213,7 +214,12 @@ def run_local(
             with free_lock:
                 free.append(slot)
                 workers.pop(spec.key, None)
-        progress.finished(time.time() - start, ok, elsewhere=spec.record_path(results) if elsewhere else None)
+        progress.finished(
+            time.time() - start,
+            ok,
+            elsewhere=spec.record_path(results) if elsewhere else None,
+            stopped=result.startswith((INTERRUPTED, NOT_STARTED)),
+        )
         if ok and on_record is not None:
             with record_lock:
                 on_record(spec, spec.record_path(results))
