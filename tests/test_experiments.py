@@ -676,8 +676,10 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
 
 
 def write_accuracy_record(results, task, arch, seed, accuracy, splits):
-    """A scripted record of the default variant: ``accuracy`` on every one of ``splits``."""
+    """A scripted record of the default variant at the sweeps' budget: ``accuracy`` on every one of
+    ``splits``."""
     from fairseq_monoattn.experiments.runs import RunSpec
+    from fairseq_monoattn.experiments.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
 
     path = RunSpec(task, arch, seed=seed).record_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -688,6 +690,11 @@ def write_accuracy_record(results, task, arch, seed, accuracy, splits):
                 "arch": arch,
                 "variant": "default",
                 "seed": seed,
+                "options": [],
+                "data_seed": 1,
+                "max_epoch": MAX_EPOCH,
+                "stop_after_perfect": STOP_AFTER_PERFECT,
+                "recipe": "paper" if task != "cfq" else "paper-cfq",
                 "splits": {split: {"accuracy": accuracy} for split in splits},
             }
         )
@@ -815,9 +822,18 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     ours = [tiny_spec(seed=s) for s in (1, 2, 3)]
     other = tiny_spec(seed=1, task="reverse_copy")
 
-    def record(spec, **more):
+    def record(spec, **more):  # a record of table2's run of the spec's cell and seed
+        budget = {"options": [], "data_seed": 1, "max_epoch": 25, "stop_after_perfect": 3, "recipe": "paper"}
         return json.dumps(
-            {"task": spec.task, "arch": spec.arch, "variant": spec.variant, "seed": spec.seed, "splits": {}, **more}
+            {
+                "task": spec.task,
+                "arch": spec.arch,
+                "variant": spec.variant,
+                "seed": spec.seed,
+                "splits": {},
+                **budget,
+                **more,
+            }  # fmt: skip
         )
 
     for spec in ours + [other]:
