@@ -314,6 +314,7 @@ def score(
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # data-loading chatter per split
     out = Path(out)
     check_score_inputs(checkpoint, data, splits, out, force, user_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)  # before decoding: the predictions go there split by split
     models, task, _cfg = load_checkpoint(checkpoint, data, user_dir, dtype=PRECISIONS[precision])
     results = {}
     for split in splits:

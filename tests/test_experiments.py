@@ -1,6 +1,7 @@
 """Scoring, runs with records, the local and submitit launchers, resuming, the comparison of
 option sets and the aggregated tables."""
 
+import contextlib
 import json
 import os
 import re
@@ -131,6 +132,8 @@ def test_a_run_trains_scores_and_records(finished):
     assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     built = compiled.kernels is not None and compiled.ENABLED
     assert record["environment"]["kernels"] == ("C++" if built else "Python")
+    assert record["training_code"] == ["C++ decoder loop" if built else "Python"]  # a built-in preset
+    assert record["user_dir"] is None  # the plugin's own presets
     package = str(Path(compiled.__file__).parents[1])
     head = subprocess.run(["git", "-C", package, "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = record["environment"]["plugin_commit"]
@@ -234,6 +237,24 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     assert "| attention peak (mean) |" in scoring_table(results)
     with pytest.raises(CheckpointError, match="exists"):
         score(checkpoint, data / "bin", ["test9"], out)
+
+
+def test_score_makes_the_folder_of_out_before_it_writes_predictions(finished, tmp_path, capsys):
+    """fairseq-monoattn-score --out NEWDIR/x.json --predictions: the folder is made, each split's
+    predictions and the scores land in it (the predictions of the first split used to fail)."""
+    from fairseq_monoattn.cli.score import main as score_main
+
+    work, _, spec, record = finished
+    out = tmp_path / "new" / "deeper" / "x.json"
+    checkpoint = spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt"
+    argv = ["--checkpoint", checkpoint, "--data", spec.data_dir(work) / "bin", "--splits", "test_iid", "test9"]
+    assert score_main([*map(str, argv), "--out", str(out), "--predictions"]) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x.json", "x.test9.txt", "x.test_iid.txt"]
+    assert len((out.parent / "x.test9.txt").read_text().splitlines()) == 13
+    scores = json.loads(out.read_text())["splits"]
+    assert {split: scores[split]["correct"] for split in scores} == {
+        split: counts["correct"] for split, counts in record["splits"].items()
+    }
 
 
 @pytest.mark.long(18)
@@ -593,7 +614,8 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     capsys.readouterr()
     smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
     path.unlink()
-    smoke.write_text(json.dumps(dict(record, seed=1, training_seconds=600.0, scoring_seconds=60.0)))
+    smoke_run = dict(max_epoch=1, stop_after_perfect=0)  # the smoke sweep's budget
+    smoke.write_text(json.dumps(dict(record, seed=1, **smoke_run, training_seconds=600.0, scoring_seconds=60.0)))
     sweep_main(["status", "smoke", "--results", str(moved)])
     out = capsys.readouterr().out
     assert re.search(r"outdated: \S+seed1.json \(step_temperature: 2.0 there, 5.0 now\)", out)
@@ -654,8 +676,10 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
 
 
 def write_accuracy_record(results, task, arch, seed, accuracy, splits):
-    """A scripted record of the default variant: ``accuracy`` on every one of ``splits``."""
+    """A scripted record of the default variant at the sweeps' budget: ``accuracy`` on every one of
+    ``splits``."""
     from fairseq_monoattn.experiments.runs import RunSpec
+    from fairseq_monoattn.experiments.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
 
     path = RunSpec(task, arch, seed=seed).record_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -666,6 +690,11 @@ def write_accuracy_record(results, task, arch, seed, accuracy, splits):
                 "arch": arch,
                 "variant": "default",
                 "seed": seed,
+                "options": [],
+                "data_seed": 1,
+                "max_epoch": MAX_EPOCH,
+                "stop_after_perfect": STOP_AFTER_PERFECT,
+                "recipe": "paper" if task != "cfq" else "paper-cfq",
                 "splits": {split: {"accuracy": accuracy} for split in splits},
             }
         )
@@ -793,9 +822,18 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     ours = [tiny_spec(seed=s) for s in (1, 2, 3)]
     other = tiny_spec(seed=1, task="reverse_copy")
 
-    def record(spec, **more):
+    def record(spec, **more):  # a record of table2's run of the spec's cell and seed
+        budget = {"options": [], "data_seed": 1, "max_epoch": 25, "stop_after_perfect": 3, "recipe": "paper"}
         return json.dumps(
-            {"task": spec.task, "arch": spec.arch, "variant": spec.variant, "seed": spec.seed, "splits": {}, **more}
+            {
+                "task": spec.task,
+                "arch": spec.arch,
+                "variant": spec.variant,
+                "seed": spec.seed,
+                "splits": {},
+                **budget,
+                **more,
+            }  # fmt: skip
         )
 
     for spec in ours + [other]:
@@ -1242,3 +1280,262 @@ def test_another_data_seed_never_shares_a_run_folder_or_passes_for_a_recorded_ru
     outcome = launch.run_local([other], work, results, jobs=1, log=lines.append)
     assert outcome[other.key].startswith(f"failed: {spec.record_path(results)} records another run")
     assert "'data_seed': 1" in outcome[other.key] and not other.run_dir(work).exists()
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["run", "copy", "--arch", "gru_onestep", "--max-epoch", "0"], "argument --max-epoch: must be at least 1"),
+        (["run", "copy", "--arch", "gru_onestep", "--seeds", "1", "-1"], "argument --seeds: must be at least 0"),
+        (["run", "copy", "--arch", "gru_onestep", "--jobs", "0"], "argument --jobs: must be at least 1"),
+        (["run", "copy", "--arch", "gru_onestep", "--data-seed", "-2"], "argument --data-seed: must be at least 0"),
+        (
+            ["compare", "copy", "--arch", "gru_onestep", "--variant", "a=", "--variant", "b=", "--max-epoch", "0"],
+            "argument --max-epoch: must be at least 1",
+        ),  # fmt: skip
+        (
+            ["compare", "copy", "--arch", "gru_onestep", "--variant", "a=", "--variant", "b=", "--jobs", "0"],
+            "argument --jobs: must be at least 1",
+        ),  # fmt: skip
+        (["sweep", "run", "smoke", "--seeds", "-1"], "argument --seeds: must be at least 0"),
+        (["sweep", "run", "smoke", "--jobs", "0"], "argument --jobs: must be at least 1"),
+        (["sweep", "run", "smoke", "--jobs", "two"], "argument --jobs: not a whole number: 'two'"),
+    ],
+    ids=[
+        "run-epochs",
+        "run-seeds",
+        "run-jobs",
+        "run-data-seed",
+        "compare-epochs",
+        "compare-jobs",
+        "sweep-seeds",
+        "sweep-jobs",
+        "sweep-jobs-word",
+    ],  # fmt: skip
+)
+def test_a_budget_seed_or_job_count_that_means_something_else_is_a_usage_error_before_any_work(
+    tmp_path, monkeypatch, capsys, argv, named
+):
+    """--max-epoch 0 (fairseq-train's "no limit": a run that never ends), a negative seed (which
+    failed in the worker, after making its folder), --jobs 0 (a traceback): one line naming the
+    option, exit status 2, nothing made."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(f"fairseq_monoattn.cli.{argv[0]}").main
+    with pytest.raises(SystemExit) as stopped:
+        main(argv[1:] + ["--work", "w", "--results", "r"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and named in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.long(15)
+def test_the_smoke_sweep_runs_in_a_folder_whose_results_hold_the_papers_runs_of_its_cells(
+    finished, tmp_path, monkeypatch, capsys
+):
+    """In the repository root, results/paper holds the 25-epoch runs of the smoke sweep's cells: the
+    smoke sweep's one-epoch records go to WORK/smoke-results and the paper's are left alone; the
+    status of the smoke sweep over results/paper does not count a paper run as its own."""
+    from fairseq_monoattn.cli.sweep import main as sweep_main
+
+    monkeypatch.chdir(tmp_path)
+    smoke = tiny_spec(seed=1, max_epoch=1)
+    paper = smoke.record_path(Path("results/paper"))
+    paper.parent.mkdir(parents=True)
+    paper.write_text(json.dumps(dict(finished[3], seed=1, max_epoch=25, stop_after_perfect=3)))
+    before = paper.read_text()
+    with_tiny_data(Path("work"), smoke)
+    assert sweep_main(["status", "smoke", "--task", "copy"]) == 0
+    assert "smoke: 0 of 1 runs have records in work/smoke-results; 1 left" in capsys.readouterr().out
+    assert sweep_main(["status", "smoke", "--task", "copy", "--results", "results/paper"]) == 0
+    out = capsys.readouterr().out
+    assert "smoke: 0 of 1 runs have records in results/paper" in out
+    assert f"not this sweep's run: {paper} records another run" in out
+    assert sweep_main(["run", "smoke", "--task", "copy"]) == 0
+    record = json.loads(smoke.record_path(Path("work/smoke-results")).read_text())
+    assert (record["max_epoch"], record["epochs_run"], record["seed"]) == (1, 1, 1)
+    assert paper.read_text() == before
+    assert sweep_main(["status", "smoke", "--task", "copy"]) == 0
+    assert "smoke: 1 of 1 runs have records in work/smoke-results" in capsys.readouterr().out
+
+
+def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted_nowhere(finished, tmp_path, capsys):
+    """A copy of copy/gru_onestep/default/seed3.json put at another model's, variant's or seed's
+    place, or beside itself under another name: each is named in one line and left out, the tables
+    count the run once, and a run whose place holds another run's record is not taken as done."""
+    import shutil
+
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from fairseq_monoattn.experiments.runs import read_records
+
+    _, results, spec, record = finished
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    original = spec.record_path(copy)
+    misplaced = [
+        copy / "copy" / "gru_locattn" / "default" / "seed2.json",
+        copy / "copy" / "gru_onestep" / "other" / "seed3.json",
+        copy / "copy" / "gru_onestep" / "default" / "seed4.json",
+        copy / "copy" / "gru_onestep" / "default" / "seed3-before.json",
+    ]
+    for path in misplaced:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(original, path)
+    records, problems = read_records(copy)
+    assert records == [record]
+    assert sorted(problems) == sorted(
+        f"{path}: it is the record of copy/gru_onestep/default/seed3, whose place is {original}; left out "
+        f"(move it there, or edit what it says to fit its place, or delete a copy)"
+        for path in misplaced
+    )
+    out = tmp_path / "RESULTS.md"
+    assert aggregate_main(["--results", str(copy), "--update", str(out)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert sorted(line for line in err if line.startswith("unreadable record:")) == sorted(
+        f"unreadable record: {problem}" for problem in problems
+    )
+    assert "Generated from 1 records" in out.read_text()
+    # a spec whose place holds the copy: not done, never trained over
+    locattn = RunSpec(**{**spec.__dict__, "arch": "gru_locattn", "seed": 2})
+    outcome = launch.run_local([locattn], tmp_path / "work", copy, log=lambda line: None)
+    assert outcome[locattn.key].startswith(f"failed: {misplaced[0]} records another run")
+    assert not (tmp_path / "work").exists()
+
+
+def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tabled_and_reused(
+    finished, tmp_path, capsys
+):
+    """docs/experiments.md's three steps for a refused record (move it, set its variant, add the
+    options the refusal lists): aggregate then tables it under the new variant, and a run of that
+    variant with those options takes it as done; moved but not edited, it is named and left out."""
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+
+    _, _, spec, record = finished
+    results = tmp_path / "results"
+    path = spec.record_path(results)
+    path.parent.mkdir(parents=True)
+    record = json.loads(json.dumps(record))
+    record["model_config"]["step_temperature"] = 2.0  # trained before a default changed
+    path.write_text(json.dumps(record))
+    assert aggregate_main(["--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert f"  {path}: step_temperature: 2.0 there, 5.0 now (its options: --step-temperature 2.0)" in err
+    moved = path.parents[1] / "step-temperature-2" / path.name  # step 1 alone
+    moved.parent.mkdir()
+    path.rename(moved)
+    capsys.readouterr()
+    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 1  # none readable
+    assert f"unreadable record: {moved}: it is the record of copy/gru_onestep/default/seed3" in capsys.readouterr().err
+    edited = json.loads(moved.read_text())  # steps 2 and 3
+    edited["variant"] = "step-temperature-2"
+    edited["options"] += ["--step-temperature", "2.0"]
+    moved.write_text(json.dumps(edited))
+    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and "Generated from 1 records" in out.out and "| copy | gru_onestep | 3 |" in out.out
+    again = RunSpec(**{**spec.__dict__, "variant": "step-temperature-2", "options": ("--step-temperature", "2.0")})
+    assert launch.run_local([again], tmp_path / "work", results, log=lambda line: None) == {again.key: "ok"}
+    assert not (tmp_path / "work").exists()
+
+
+def test_a_write_that_finds_the_disk_full_is_named_by_the_worker_with_its_file(finished, tmp_path, monkeypatch, capsys):
+    """A full disk while a run writes its record: the worker's error says so and names the file (it
+    was a traceback), and the launcher's outcome carries that line instead of 'see worker.log'."""
+    import errno
+    import shutil
+
+    from fairseq_monoattn.experiments import runs, worker
+
+    work, results, spec, _ = finished
+    copy = tmp_path / "work"
+    shutil.copytree(spec.run_dir(work), spec.run_dir(copy))  # scored, not recorded: the record is the next write
+    shutil.copytree(spec.data_dir(work), spec.data_dir(copy))
+    (spec.run_dir(copy) / "command.txt").unlink()  # it names the other work folder
+    record_path = spec.record_path(tmp_path / "results")
+
+    def full_disk(path, value):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(runs, "write_json_atomic", full_disk)
+    monkeypatch.setattr(worker, "forked_training", contextlib.nullcontext)
+    assert worker.main([launch.spec_to_json(spec), str(copy), str(tmp_path / "results")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {spec.key}: [Errno 28] No space left on device: '{record_path}'"
+    log = tmp_path / "worker.log"
+    log.write_text(f"[{spec.key}] recording\n{err}\n")
+    assert (
+        launch.worker_failure(1, log)
+        == f"failed (exit 1): {spec.key}: [Errno 28] No space left on device: '{record_path}'"
+    )
+    log.write_text("Traceback (most recent call last):\n  File x\nOSError: [Errno 28] No space left on device\n")
+    assert launch.worker_failure(1, log) == f"failed (exit 1): OSError: [Errno 28] No space left on device (in {log})"
+    log.write_text("")
+    assert launch.worker_failure(1, log) == f"failed (exit 1); see {log}"
+
+
+@pytest.mark.long(12)
+def test_a_training_that_fails_is_reported_with_its_cause_and_the_file_that_has_it(tmp_path):
+    """fairseq-train stops on an error (here: its checkpoint folder is a file, as a write on a full
+    disk stops it): the outcome gives fairseq-train's own last error line and its output's file,
+    not 'see worker.log', which said 'see stdout.log'."""
+    work, results = tmp_path / "work", tmp_path / "results"
+    (spec,) = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1))
+    spec.run_dir(work).mkdir(parents=True)
+    (spec.run_dir(work) / "checkpoints").write_text("not a folder")
+    outcome = launch.run_local([spec], work, results, log=lambda line: None)
+    stdout_log = spec.run_dir(work) / "stdout.log"
+    assert re.fullmatch(
+        rf"failed \(exit 1\): fairseq-train failed for {spec.key} \(exit 1\): "
+        rf"(FileExistsError|NotADirectoryError): \[Errno \d+\] .*; see {re.escape(str(stdout_log))}",
+        outcome[spec.key],
+    ), outcome[spec.key]
+    assert outcome[spec.key].split("): ", 2)[2].split("; see")[0] in stdout_log.read_text()
+
+
+@pytest.mark.long(30)
+def test_ctrl_c_stops_a_sweep_cleanly_and_the_same_command_resumes_it(tmp_path):
+    """SIGINT to the command's process group (a Ctrl-C at the terminal) while a run trains: no
+    traceback, a line saying it was interrupted, what has records and how to resume, exit status
+    130; the same command then finishes every run."""
+    from forked_commands import THREAD_ENV
+
+    work, results = tmp_path / "work", tmp_path / "results"
+    specs = with_tiny_data(work, *(tiny_spec(seed=seed, max_epoch=4) for seed in (1, 2)))
+    argv = ["copy", "--arch", "gru_onestep", "--seeds", "1", "2", "--max-epoch", "4", "--stop-after-perfect", "0",
+            "--work", str(work), "--results", str(results)]  # fmt: skip
+    runner = subprocess.Popen(
+        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        env=dict(os.environ, **THREAD_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    checkpoint = specs[0].run_dir(work) / "checkpoints" / "checkpoint_last.pt"
+    deadline = time.time() + 240
+    while not checkpoint.exists() and runner.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert checkpoint.exists() and runner.poll() is None
+    os.killpg(runner.pid, signal.SIGINT)
+    out, err = runner.communicate(timeout=120)
+    assert runner.returncode == 130, out + err
+    assert "Traceback" not in out + err and "FAILED" not in out
+    assert f"[{specs[0].key}] interrupted: stopped; it resumes from its last checkpoint." in out
+    assert out.splitlines()[-1] == (
+        f"interrupted: 0 of 2 runs have records; stopped: {specs[0].key} (each resumes from its last checkpoint); "
+        "1 not started. The same command resumes (exit status 130)"
+    )
+    assert "Traceback" not in (specs[0].run_dir(work) / "worker.log").read_text()
+    assert not any(s.record_path(results).exists() for s in specs)
+    assert not (specs[1].run_dir(work) / "worker.log").exists()  # never started
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        env=dict(os.environ, **THREAD_ENV),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [json.loads(s.record_path(results).read_text())["epochs_run"] for s in specs] == [4, 4]

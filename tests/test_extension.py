@@ -1,19 +1,22 @@
 """The plugin is open: a package of the user's own (examples/extension/attention_extras) adds a
 step activation and a content scorer with settings of their own, and presets; fairseq-train,
-fairseq-generate and fairseq-monoattn-score accept them through --user-dir, run from a folder
-outside the repository with the plugin installed as a package."""
+fairseq-generate, fairseq-monoattn-score, -compare and -run accept them through --user-dir, run
+from a folder outside the repository with the plugin installed as a package."""
 
 import json
+import shlex
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import torch
 from fairseq import utils
-from fairseq_cli_helpers import hypotheses, run_command, write_copy_dataset
+from fairseq_cli_helpers import hypotheses, run_command, tiny_spec, with_tiny_data, write_copy_dataset
 from model_helpers import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
 
-EXTENSION = Path(__file__).resolve().parents[1] / "examples" / "extension" / "attention_extras"
+REPO = Path(__file__).resolve().parents[1]
+EXTENSION = REPO / "examples" / "extension" / "attention_extras"
 D = digit_dictionary()
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("1234567890123456789012")]
 
@@ -160,3 +163,60 @@ def test_train_generate_and_score_from_outside_the_repository(extension, tmp_pat
         new_process=True,
     )
     assert json.loads(out.read_text())["splits"]["test"]["size"] == 10
+
+
+def documented_commands(*names):
+    """The commands of docs/extending.md that start with one of ``names``, as argument lists (a
+    line ending in a backslash continues on the next)."""
+    text = (REPO / "docs" / "extending.md").read_text().replace("\\\n", " ")
+    blocks = text.split("```")[1::2]
+    return [
+        shlex.split(line) for block in blocks for line in block.splitlines() if line.split()[:1] in [[n] for n in names]
+    ]
+
+
+@pytest.mark.long(60)
+def test_the_documented_compare_and_run_commands_train_score_record_and_then_reuse_every_record(tmp_path):
+    """docs/extending.md's fairseq-monoattn-compare and -run lines, from a folder outside the
+    repository that holds the package where the lines name it, at a tiny budget: every run trains,
+    scores and records (the user's package in the record, and which code the decoder trained with:
+    the plugin's preset and the user's entries run different code); the same commands again train
+    nothing and leave every record as it was."""
+    from fairseq_monoattn.modules import compiled
+
+    outside = tmp_path / "elsewhere"
+    package = outside / "examples" / "extension" / "attention_extras"
+    shutil.copytree(EXTENSION, package)
+    with_tiny_data(outside / "work", tiny_spec(task="copy"))  # the copy data the runs look for, tiny
+    commands = documented_commands("fairseq-monoattn-compare", "fairseq-monoattn-run")
+    assert [argv[0] for argv in commands] == ["fairseq-monoattn-compare", "fairseq-monoattn-run"]
+    budget = ["--seeds", "1", "--max-epoch", "1", "--stop-after-perfect", "0"]
+    for argv in commands:
+        run_command(argv[0], *argv[1:], *budget, cwd=outside)
+    results = outside / "results" / "paper" / "copy"
+    paths = sorted(results.glob("*/*/seed*.json"))
+    assert [str(p.relative_to(results)) for p in paths] == [
+        "gru_mix_additive_tanh/default/seed1.json",
+        "gru_onestep/sigmoid/seed1.json",
+        "gru_onestep/tanh/seed1.json",
+    ]
+    records = {str(p.relative_to(results).parent): json.loads(p.read_text()) for p in paths}
+    for record in records.values():
+        assert record["user_dir"] == str(package.resolve())
+        assert set(record["splits"]) == {"test9", "test_iid"} and record["splits"]["test9"]["size"] == 13
+    assert records["gru_onestep/tanh"]["model_config"]["step_activation"] == "tanh"
+    assert records["gru_onestep/sigmoid"]["model_config"]["step_activation"] == "sigmoid"
+    assert records["gru_mix_additive_tanh/default"]["model_config"]["attention_scoring"] == "additive"
+    built = compiled.available()
+    assert records["gru_onestep/sigmoid"]["training_code"] == ["C++ decoder loop" if built else "Python"]
+    for users in ("gru_onestep/tanh", "gru_mix_additive_tanh/default"):  # an entry of the user's: step by step
+        assert records[users]["training_code"] == ["C++ step nodes" if built else "Python"]
+    stamps = [p.stat().st_mtime_ns for p in paths]
+    logs = sorted((outside / "work" / "runs").glob("copy/*/*/seed1/stdout.log"))
+    sizes = [log.stat().st_size for log in logs]
+    assert len(logs) == 3
+    for argv, done in zip(commands, ("2/2", "1/1")):
+        output = run_command(argv[0], *argv[1:], *budget, cwd=outside)
+        assert f"{done} runs done, 0 running, 0 left" in output and "] training" not in output
+    assert [p.stat().st_mtime_ns for p in paths] == stamps
+    assert [log.stat().st_size for log in logs] == sizes

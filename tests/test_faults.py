@@ -317,7 +317,7 @@ def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, whe
 
 
 @pytest.mark.long(5)
-def test_a_run_another_process_is_training_is_skipped_not_failed(tmp_path):
+def test_a_run_another_process_is_training_is_skipped_not_failed_and_not_done(tmp_path):
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(seed=4, max_epoch=1))
     lock = spec.run_dir(work) / ".lock"
@@ -328,8 +328,12 @@ def test_a_run_another_process_is_training_is_skipped_not_failed(tmp_path):
             "fairseq-monoattn-run", "copy", "--arch", "gru_onestep", "--seeds", "4", "--max-epoch", "1",
             "--work", work, "--results", results,
         )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # not a failure, but nothing recorded: not 0
     assert "skipped copy/gru_onestep/default/seed4: another process is training it" in done.stdout
+    assert done.stdout.splitlines()[-1] == (
+        "1 of 1 runs not run here: another process is training them; the same command once it has finished "
+        "records them (exit status 3)"
+    )
     assert "FAILED" not in done.stdout and not spec.record_path(results).exists()
 
 

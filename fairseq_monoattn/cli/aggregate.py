@@ -101,7 +101,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.results.is_dir():
         parser.error(f"--results {args.results}: no such folder")
     from ..experiments.aggregate import render, update_file
-    from ..experiments.runs import describe_differences, outdated_records, read_records, spec_from_dict
+    from ..experiments.runs import (
+        describe_differences,
+        outdated_records,
+        pinning_options,
+        read_records,
+        spec_from_dict,
+    )
 
     records, problems = read_records(args.results)
     for problem in problems:
@@ -156,14 +162,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if outdated and not args.include_outdated:
         listed = "\n".join(
             f"  {spec_from_dict(r).record_path(args.results)}: {describe_differences(changed, 'there')}"
+            + (f" (its options: {' '.join(pinned)})" if (pinned := pinning_options(changed)) else "")
             for r, changed in outdated[:10]
         )
         more = f"\n  ... and {len(outdated) - 10} more" if len(outdated) > 10 else ""
         print(
             f"error: {len(outdated)} records of variant {args.variant!r} were trained with other model options "
-            f"than their commands build now:\n{listed}{more}\nmove them to a variant named for what they ran (its "
-            f"folder, and the record's variant and options), run them again, or pass --include-outdated; "
-            f"nothing was written",
+            f"than their commands build now:\n{listed}{more}\nmove each to a variant of its own: into "
+            f'TASK/ARCH/NAME/, its "variant" set to NAME and its options added to its "options" '
+            f"(docs/experiments.md, Tables); or run them again, or pass --include-outdated; nothing was written",
             file=sys.stderr,
         )
         return 1

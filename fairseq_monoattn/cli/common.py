@@ -3,12 +3,16 @@ shows every default, the options every command names the same way, and the check
 anything is created."""
 
 import argparse
+import functools
 import io
 import logging
 import shlex
+import sys
 from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
+
+from ..experiments.runs import INTERRUPTED_EXIT
 
 # fairseq's INFO chatter (data loading, "install tensorboardX") is not the commands' output
 logging.getLogger("fairseq").setLevel(logging.WARNING)
@@ -38,12 +42,47 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def interruptible(main):
+    """A training command's ``main`` that ends a Ctrl-C arriving outside the runs (the launcher
+    reports those itself) with one line and exit status 130 instead of a traceback."""
+
+    @functools.wraps(main)
+    def wrapped(argv: Optional[List[str]] = None) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("interrupted: finished runs keep their records; the same command resumes", file=sys.stderr)
+            return INTERRUPTED_EXIT
+
+    return wrapped
+
+
 def fail(message: str):
     """Stop the command: ``error: message`` on stderr, exit status 1."""
     raise SystemExit(f"error: {message}")
 
 
 # --- the shared options -------------------------------------------------------------------------
+
+
+def whole_number(least: int, why: str = ""):
+    """An argparse ``type``: a whole number of at least ``least`` (argparse names the option in
+    its one-line error); ``why`` says what a smaller value would do."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}" + (f" ({why})" if why else ""))
+        return value
+
+    return parse
+
+
+SEED = whole_number(0, "a seed is a non-negative number")
+POSITIVE = whole_number(1)
 
 
 def add_arch(parser: argparse.ArgumentParser, required: bool = True, several: bool = True, help: str = "") -> None:
@@ -60,26 +99,26 @@ def add_seeds(
     parser: argparse.ArgumentParser, default: Optional[Sequence[int]] = DEFAULT_SEEDS, help: str = "training seeds"
 ) -> None:
     parser.add_argument(
-        "--seeds", nargs="+", type=int, default=list(default) if default else default, metavar="SEED", help=help
+        "--seeds", nargs="+", type=SEED, default=list(default) if default else default, metavar="SEED", help=help
     )
 
 
 def add_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-epoch",
-        type=int,
+        type=whole_number(1, "fairseq-train reads 0 as no limit: the run would never end"),
         default=DEFAULT_MAX_EPOCH,
         metavar="N",
         help="epoch budget of every run (the paper: 100)",
     )
     parser.add_argument(
         "--stop-after-perfect",
-        type=int,
+        type=whole_number(0),
         default=DEFAULT_STOP_AFTER_PERFECT,
         metavar="K",
         help="stop a run once greedy valid accuracy has been 100 for K epochs (0: never)",
     )
-    parser.add_argument("--data-seed", type=int, default=1, metavar="SEED", help="seed of the prepared data")
+    parser.add_argument("--data-seed", type=SEED, default=1, metavar="SEED", help="seed of the prepared data")
 
 
 def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAULT_RESULTS) -> None:
@@ -97,14 +136,14 @@ def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAUL
             ""
             if results is not None
             else "; default: the sweep's own folder (results/paper for the paper's tables, "
-            "results/transformer for the Transformer sweeps)"
+            "results/transformer for the Transformer sweeps, WORK/smoke-results for smoke)"
         ),
     )
 
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="runs at once, each pinned to its share of the cores"
+        "--jobs", type=POSITIVE, default=1, metavar="N", help="runs at once, each pinned to its share of the cores"
     )
 
 

@@ -5,7 +5,16 @@ then a summary per variant.  Runs with a record are not trained again."""
 import sys
 from typing import List, Optional
 
-from .common import Parser, add_arch, add_run_options, add_variants, check_run_inputs, variants_from
+from .common import (
+    INTERRUPTED_EXIT,
+    Parser,
+    add_arch,
+    add_run_options,
+    add_variants,
+    check_run_inputs,
+    interruptible,
+    variants_from,
+)
 
 
 def build_parser() -> Parser:
@@ -17,6 +26,7 @@ def build_parser() -> Parser:
     return parser
 
 
+@interruptible
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -43,6 +53,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         log=lambda line: print(line, flush=True),
     )
     status = summarize_outcome(outcome, log=print)
+    if status == INTERRUPTED_EXIT:
+        return status
     print(
         f"\n{args.task}, {args.arch}, {args.max_epoch} epochs, data seed {args.data_seed}; "
         "test accuracy % (g: mean direction gate on the first split)\n"

@@ -5,7 +5,16 @@ A run with a record is skipped; an interrupted run resumes from its last checkpo
 import sys
 from typing import List, Optional
 
-from .common import Parser, add_arch, add_run_options, add_variants, check_run_inputs, variants_from
+from .common import (
+    INTERRUPTED_EXIT,
+    Parser,
+    add_arch,
+    add_run_options,
+    add_variants,
+    check_run_inputs,
+    interruptible,
+    variants_from,
+)
 
 
 def build_parser() -> Parser:
@@ -17,6 +26,7 @@ def build_parser() -> Parser:
     return parser
 
 
+@interruptible
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -47,6 +57,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ]
     outcome = run_local(specs, args.work, args.results, jobs=args.jobs, log=lambda line: print(line, flush=True))
     status = summarize_outcome(outcome, log=print)
+    if status == INTERRUPTED_EXIT:
+        return status
     records, _ = read_records(args.results)
     keys = {(s.task, s.arch, s.variant, s.seed) for s in specs}
     mine = [r for r in records if (r["task"], r["arch"], r["variant"], r["seed"]) in keys]

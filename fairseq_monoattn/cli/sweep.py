@@ -7,7 +7,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
-from .common import Parser, add_arch, add_jobs, add_places, add_seeds, check_tasks
+from .common import (
+    POSITIVE,
+    SEED,
+    Parser,
+    add_arch,
+    add_jobs,
+    add_places,
+    add_seeds,
+    check_tasks,
+    interruptible,
+    whole_number,
+)
 
 
 def build_parser() -> Parser:
@@ -29,7 +40,7 @@ def build_parser() -> Parser:
         add_arch(sub, required=False, help="only these presets of the sweep")
         sub.add_argument(
             "--more-seeds-where-different",
-            type=int,
+            type=SEED,
             nargs="+",
             default=[],
             metavar="SEED",
@@ -54,13 +65,14 @@ def build_parser() -> Parser:
     )
     run.add_argument("--slurm", action="store_true", help="submit to SLURM through submitit instead")
     run.add_argument("--partition", default=None, help="SLURM partition (with --slurm)")
-    run.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per run (with --slurm)")
-    run.add_argument("--cpus-per-task", type=int, default=1, help="cores per run (with --slurm)")
-    run.add_argument("--timeout-min", type=int, default=240, help="time limit per run (with --slurm)")
-    run.add_argument("--array-parallelism", type=int, default=64, help="runs at once (with --slurm)")
+    run.add_argument("--gpus-per-node", type=whole_number(0), default=0, help="GPUs per run (with --slurm)")
+    run.add_argument("--cpus-per-task", type=POSITIVE, default=1, help="cores per run (with --slurm)")
+    run.add_argument("--timeout-min", type=POSITIVE, default=240, help="time limit per run (with --slurm)")
+    run.add_argument("--array-parallelism", type=POSITIVE, default=64, help="runs at once (with --slurm)")
     return parser
 
 
+@interruptible
 def main(argv: Optional[List[str]] = None) -> int:
     from ..experiments.sweeps import SWEEPS, get_sweep
 
@@ -80,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     if "results" not in vars(args):  # the sweep's own folder: results/paper for the paper's tables
-        args.results = Path(sweep.results)
+        args.results = sweep.results_folder(args.work)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
     from ..experiments.runs import read_records

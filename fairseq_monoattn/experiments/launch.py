@@ -16,6 +16,7 @@ folder is training it) is skipped, not failed: its task ends at once and says so
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -28,12 +29,14 @@ from typing import Callable, Dict, List, Optional, Sequence
 from .processes import die_with_parent
 from .runs import (
     BUSY_EXIT,
+    INTERRUPTED_EXIT,
     PLUGIN_DIR,
     RecordError,
     RunBusy,
     RunError,
     RunSpec,
     check_record_matches,
+    last_error,
     read_record,
     run,
     run_seconds,
@@ -85,15 +88,16 @@ class Progress:
         with self.lock:
             self.running += 1
 
-    def finished(self, seconds: float, ok: bool, elsewhere: Optional[Path] = None):
+    def finished(self, seconds: float, ok: bool, elsewhere: Optional[Path] = None, stopped: bool = False):
         """``elsewhere``: the record of a run another process was found training; it is neither done
-        nor failed here, and counts as done once that process writes the record."""
+        nor failed here, and counts as done once that process writes the record.  ``stopped``: a run
+        interrupted (Ctrl-C), left, not failed."""
         with self.lock:
             self.running -= 1
             self.done += ok
             if elsewhere is not None:
                 self.elsewhere.append(elsewhere)
-            self.failed += not ok and elsewhere is None
+            self.failed += not ok and elsewhere is None and not stopped
             if ok:
                 self.durations.append(seconds)
 
@@ -144,6 +148,8 @@ def run_local(
     shares = cpu_shares(jobs, cpus)
     free = list(range(jobs))
     free_lock, record_lock = threading.Lock(), threading.Lock()
+    interrupted = threading.Event()
+    workers: Dict[str, subprocess.Popen] = {}  # the running workers, by spec key (under free_lock)
     outcome: Dict[str, str] = {s.key: "ok" for s in specs if s not in pending}
     outcome.update(unreadable)
 
@@ -174,53 +180,132 @@ def run_local(
             log_dir.mkdir(parents=True, exist_ok=True)
             with open(log_dir / "worker.log", "a") as out:
                 # `python -m` searches its working folder first: start it next to this very
-                # package, so the worker runs the launcher's code whatever folder we were started in
-                code = subprocess.Popen(
-                    command,
-                    env=env,
-                    cwd=PLUGIN_DIR.parent,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent(),
-                ).wait()
+                # package, so the worker runs the launcher's code whatever folder we were started in;
+                # in a session of its own, so that a Ctrl-C at the terminal reaches this process alone,
+                # which passes it on once to each worker and its training (stop_workers)
+                with free_lock:
+                    if interrupted.is_set():  # started as the sweep was being stopped
+                        code = None
+                    else:
+                        workers[spec.key] = subprocess.Popen(
+                            command,
+                            env=env,
+                            cwd=PLUGIN_DIR.parent,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent(),
+                            start_new_session=True,
+                        )
+                if spec.key in workers:
+                    code = workers[spec.key].wait()
             ok = code == 0 and spec.record_path(results).exists()
             elsewhere = not ok and code == BUSY_EXIT
             if ok:
                 result = "ok"
             elif elsewhere:
                 result = f"{SKIPPED}: another process is training it (see {log_dir / 'worker.log'})"
+            elif code is None:
+                result = f"{NOT_STARTED}: the command was interrupted first"
+            elif code in (INTERRUPTED_EXIT, -signal.SIGINT) or interrupted.is_set():
+                result = f"{INTERRUPTED}: stopped; it resumes from its last checkpoint"
             else:
-                result = f"failed (exit {code}); see {log_dir / 'worker.log'}"
+                result = worker_failure(code, log_dir / "worker.log")
         finally:
             with free_lock:
                 free.append(slot)
-        progress.finished(time.time() - start, ok, elsewhere=spec.record_path(results) if elsewhere else None)
+                workers.pop(spec.key, None)
+        progress.finished(
+            time.time() - start,
+            ok,
+            elsewhere=spec.record_path(results) if elsewhere else None,
+            stopped=result.startswith((INTERRUPTED, NOT_STARTED)),
+        )
         if ok and on_record is not None:
             with record_lock:
                 on_record(spec, spec.record_path(results))
         log(f"[{spec.key}] {result}. {progress.line(jobs)}")
         return result
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(one, spec): spec for spec in pending}
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = {pool.submit(one, spec): spec for spec in pending}
+    try:
         for future in as_completed(futures):
             outcome[futures[future].key] = future.result()
+    except KeyboardInterrupt:  # Ctrl-C: stop every run where it is, start no other, say what is done
+        log("interrupted: stopping the runs under way (each resumes from its last checkpoint)")
+        interrupted.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_workers(workers, free_lock, signal.SIGINT)
+        for future, spec in futures.items():
+            while True:
+                try:
+                    outcome[spec.key] = (
+                        f"{NOT_STARTED}: the command was interrupted first" if future.cancelled() else future.result()
+                    )
+                    break
+                except KeyboardInterrupt:  # a second Ctrl-C: no waiting for a clean stop
+                    stop_workers(workers, free_lock, signal.SIGKILL)
+    pool.shutdown(wait=True)
     return outcome
 
 
+def stop_workers(workers: Dict[str, subprocess.Popen], lock: threading.Lock, signum: int) -> None:
+    """Send ``signum`` to each running worker's process group (the worker and its fairseq-train)."""
+    with lock:
+        running = list(workers.values())
+    for process in running:
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:  # ended meanwhile
+            pass
+
+
+def worker_failure(code: int, worker_log: Path) -> str:
+    """A failed run's outcome: its exit code and why, as the worker's log says it (the worker's
+    error names the file that has more, e.g. fairseq-train's output), or the log to read."""
+    cause = last_error(worker_log)
+    if cause is None:
+        return f"failed (exit {code}); see {worker_log}"
+    cause = cause[len("error: ") :] if cause.startswith("error: ") else f"{cause} (in {worker_log})"
+    return f"failed (exit {code}): {cause}"
+
+
 SKIPPED = "skipped"
+INTERRUPTED = "interrupted"
+NOT_STARTED = "not started"
 
 
 def summarize_outcome(outcome: Dict[str, str], log: Callable[[str], None] = print) -> int:
-    """Report the runs that failed or were skipped; the exit status: 1 if any failed, else 0 (a
-    run skipped because another process is training it is not a failure)."""
-    failed = {key: result for key, result in outcome.items() if result != "ok" and not result.startswith(SKIPPED)}
-    for key, result in outcome.items():
-        if result.startswith(SKIPPED):
-            log(f"skipped {key}: {result[len(SKIPPED) + 2 :]}")
+    """Report the runs that failed or were skipped; the exit status: 1 if any failed, else
+    BUSY_EXIT if any was skipped because another process is training it (not a failure, but this
+    command did not record it), else 0."""
+    stopped = [key for key, result in outcome.items() if result.startswith((INTERRUPTED, NOT_STARTED))]
+    failed = {
+        key: result
+        for key, result in outcome.items()
+        if result != "ok" and not result.startswith(SKIPPED) and key not in stopped
+    }
+    skipped = [key for key, result in outcome.items() if result.startswith(SKIPPED)]
+    for key in skipped:
+        log(f"skipped {key}: {outcome[key][len(SKIPPED) + 2 :]}")
     for key, result in failed.items():
         log(f"FAILED {key}: {result}")
-    return 1 if failed else 0
+    if stopped:
+        done = sum(result == "ok" for result in outcome.values())
+        under_way = [key for key in stopped if outcome[key].startswith(INTERRUPTED)]
+        log(
+            f"interrupted: {done} of {len(outcome)} runs have records"
+            + (f" ({len(failed)} failed)" if failed else "")
+            + f"; stopped: {', '.join(under_way) or 'none'} (each resumes from its last checkpoint); "
+            f"{len(stopped) - len(under_way)} not started. The same command resumes (exit status {INTERRUPTED_EXIT})"
+        )
+        return INTERRUPTED_EXIT
+    if skipped and not failed:
+        log(
+            f"{len(skipped)} of {len(outcome)} runs not run here: another process is training them; the same "
+            f"command once it has finished records them (exit status {BUSY_EXIT})"
+        )
+    return 1 if failed else BUSY_EXIT if skipped else 0
 
 
 def run_submitit(

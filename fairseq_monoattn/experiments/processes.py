@@ -140,6 +140,8 @@ def _serve_training(read: int, set_death_signal: Optional[Callable[[], None]]) -
 
         cli_main()
         code = 0
+    except KeyboardInterrupt:  # Ctrl-C: the worker says so; the run resumes from its last checkpoint
+        code = 130
     except SystemExit as exit:  # argparse errors, fairseq's own exits
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
         if not isinstance(exit.code, (int, type(None))):

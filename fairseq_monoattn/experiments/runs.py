@@ -54,6 +54,12 @@ class RunBusy(RunError):
 
 
 BUSY_EXIT = 3  # the worker's exit code for RunBusy
+INTERRUPTED_EXIT = 130  # the worker's and the commands' exit code after Ctrl-C (128 + SIGINT, as shells use)
+
+
+def record_place(results: Path, task: str, arch: str, variant: str, seed: int) -> Path:
+    """Where the record of a run goes: RESULTS/TASK/ARCH/VARIANT/seedN.json."""
+    return Path(results) / task / arch / variant / f"seed{seed}.json"
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class RunSpec:
         return f"{self.task}/{self.arch}/{self.variant}/seed{self.seed}"
 
     def record_path(self, results: Path) -> Path:
-        return Path(results) / self.task / self.arch / self.variant / f"seed{self.seed}.json"
+        return record_place(results, self.task, self.arch, self.variant, self.seed)
 
     def run_dir(self, work: Path) -> Path:
         """Its checkpoints and logs; another data seed's run never shares (and so never resumes) them."""
@@ -273,7 +279,12 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
         with open(run_dir / "stdout.log", "a") as out:
             code = run_timed(command, out, timing, timing_file, forked)
         if code != 0:
-            raise RunError(f"fairseq-train failed for {spec.key} (exit {code}); see {run_dir / 'stdout.log'}")
+            cause = last_error(run_dir / "stdout.log")
+            raise RunError(
+                f"fairseq-train failed for {spec.key} (exit {code})"
+                + (f": {cause}" if cause else "")
+                + f"; see {run_dir / 'stdout.log'}"
+            )
         log(f"[{spec.key}] scoring checkpoint_best.pt")
         from ..scoring import score  # torch and fairseq: not for the commands that only plan runs
 
@@ -284,6 +295,7 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
             test_splits(data),
             scores_file,
             force=True,
+            user_dir=spec.user_dir,  # a user's preset or entry is only known after importing it
         )
         timing["scoring_seconds"] = time.time() - start
         write_json_atomic(timing_file, timing)
@@ -291,6 +303,20 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
     write_json_atomic(record_path, record)
     log(f"[{spec.key}] recorded {record_path}")
     return record
+
+
+# the line of a log that says why a program stopped: ours ("error: ..."), or a traceback's last line
+ERROR_LINE = re.compile(r"(error: |[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b)")
+
+
+def last_error(log: Path) -> Optional[str]:
+    """The last line of ``log`` that says why a program stopped (None: none, or no log to read)."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = next((line.strip() for line in reversed(lines) if ERROR_LINE.match(line.strip())), None)
+    return None if found is None else found[:500]
 
 
 def training_threads() -> int:
@@ -341,6 +367,10 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path, forked=N
 def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
     """A record stands for its spec only: another variant under the same name is an error."""
     wanted = {
+        "task": spec.task,
+        "arch": spec.arch,
+        "variant": spec.variant,
+        "seed": spec.seed,
         "options": list(spec.options),
         "data_seed": spec.data_seed,
         "max_epoch": spec.max_epoch,
@@ -384,6 +414,19 @@ def model_differences(trained: dict, planned: dict) -> Dict[str, tuple]:
 
 def describe_differences(changed: Dict[str, tuple], where: str) -> str:
     return "; ".join(f"{key}: {old!r} {where}, {new!r} now" for key, (old, new) in changed.items())
+
+
+def pinning_options(changed: Dict[str, tuple]) -> Optional[List[str]]:
+    """The fairseq-train options that build today the model a record trained (its values of the
+    ``changed`` model options, :func:`model_differences`), to add to the record's ``options``
+    when it moves to a variant of its own; None when a difference is not a model option of one
+    value (a task option, an option then unset)."""
+    options = []
+    for key, (old, _new) in changed.items():
+        if key == "task" or old is None or isinstance(old, (dict, list)):
+            return None
+        options += [f"--{key.replace('_', '-')}", str(old)]
+    return options
 
 
 def spec_from_dict(values: dict) -> RunSpec:
@@ -434,6 +477,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "recipe": spec.recipe,
         "max_epoch": spec.max_epoch,
         "stop_after_perfect": spec.stop_after_perfect,
+        "user_dir": spec.user_dir,  # None: the plugin's own presets and entries
         "train_options": training_options(spec),
         "epochs_run": len(history),
         "best_epoch": best.get("epoch"),
@@ -448,6 +492,9 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "scoring_seconds": round(timing.get("scoring_seconds", 0.0), 1),
         "scoring_precision": scored.get("precision", "float32"),  # float32: scored before float64 was the default
         "training_threads": timing.get("threads"),  # None: a run from before the count was kept
+        # the code the decoder's training passes ran, once per part of the run (None: a model that does
+        # not say, or a run from before it was kept)
+        "training_code": training_code(run_dir / "stdout.log"),
         # a scores.json written before the cut-short counts existed (run scored, then killed before its record)
         # gives a record without them, as records of that time have
         "splits": {split: {key: s[key] for key in RECORDED_SCORES if key in s} for split, s in scores.items()},
@@ -457,6 +504,22 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
         "model_config": trained_model_config(run_dir / "checkpoints" / "checkpoint_best.pt"),
         "environment": environment(),
     }
+
+
+def training_code(output: Path) -> Optional[List[str]]:
+    """The code the decoder's training passes ran (``compiled.training_code``), as the training's
+    output says it: one line per fairseq-train process (a resumed run has several), each value
+    once in the order first seen; None where no line says it."""
+    from ..modules.compiled import TRAINING_CODE_LINE
+
+    if not output.exists():
+        return None
+    found = [
+        line.split(TRAINING_CODE_LINE, 1)[1].strip()
+        for line in output.read_text(errors="replace").splitlines()
+        if TRAINING_CODE_LINE in line
+    ]
+    return list(dict.fromkeys(found)) or None
 
 
 def trained_model_config(checkpoint: Path) -> dict:
@@ -643,10 +706,23 @@ def read_records(results: Path) -> Tuple[List[dict], List[str]]:
     records, problems = [], []
     for path in sorted(Path(results).glob("*/*/*/seed*.json")):
         try:
-            records.append(read_record(path))
+            record = read_record(path)
+            check_record_place(record, path, results)
+            records.append(record)
         except RecordError as error:
             problems.append(str(error))
     return records, problems
+
+
+def check_record_place(record: dict, path: Path, results: Path) -> None:
+    """A record is read for what it says (task, arch, variant, seed), so it must lie where it says:
+    a copy elsewhere would count its run twice and hide the run of its place."""
+    place = record_place(results, record["task"], record["arch"], record["variant"], record["seed"])
+    if Path(path).relative_to(results) != place.relative_to(results):
+        raise RecordError(
+            f"{path}: it is the record of {record['task']}/{record['arch']}/{record['variant']}/seed{record['seed']}, "
+            f"whose place is {place}; left out (move it there, or edit what it says to fit its place, or delete a copy)"
+        )
 
 
 def load_records(results: Path) -> List[dict]:

@@ -68,7 +68,13 @@ class Sweep:
     user_dir: Optional[str] = None
     variant: str = "default"  # a name for ``options`` (the records' folder)
     options: Tuple[str, ...] = ()  # extra fairseq-train options of every run
-    results: str = "results/paper"  # where its records go unless --results says otherwise
+    # where its records go unless --results says otherwise; None: WORK/NAME-results, beside the work
+    # folder's checkpoints, apart from every committed results folder (the smoke sweep's budget is not
+    # the paper sweeps', and its cells are theirs)
+    results: Optional[str] = "results/paper"
+
+    def results_folder(self, work: Path) -> Path:
+        return Path(self.results) if self.results is not None else Path(work) / f"{self.name}-results"
 
     def only(self, tasks: Optional[Sequence[str]] = None, archs: Optional[Sequence[str]] = None) -> "Sweep":
         """This sweep restricted to the cells of ``tasks`` and ``archs`` (None: all of them), in its
@@ -156,6 +162,7 @@ register(
         seeds=(1,),
         max_epoch=1,
         stop_after_perfect=0,
+        results=None,
     )
 )
 
@@ -256,11 +263,19 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
     and their CPU-hours (from the sweep's own records, or before it has any, every record of its
     cells), records not committed, records whose model is no longer the one their command builds."""
     from .git_records import uncommitted_records
-    from .runs import describe_differences, outdated_records
+    from .runs import check_record_matches, describe_differences, outdated_records, record_place
 
     specs = sweep.specs()
-    by_path = {str(Path(results) / r["task"] / r["arch"] / r["variant"] / f"seed{r['seed']}.json"): r for r in records}
-    done = [s for s in specs if str(s.record_path(results)) in by_path]
+    by_path = {str(record_place(results, r["task"], r["arch"], r["variant"], r["seed"])): r for r in records}
+    done, others = [], []  # a record of another run in a spec's place (another budget, say) is not done
+    for spec in specs:
+        record = by_path.get(str(spec.record_path(results)))
+        if record is not None:
+            try:
+                check_record_matches(record, spec, spec.record_path(results))
+                done.append(spec)
+            except RunError as error:
+                others.append(str(error))
     done_records = [by_path[str(s.record_path(results))] for s in done]
     timed = done_records or [r for r in records if (r["task"], r["arch"]) in sweep.cells]
     hours = sum(map(run_seconds, timed)) / max(1, len(timed)) / 3600
@@ -274,6 +289,7 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
         f"{sweep.name}: {len(done)} of {len(specs)} runs have records in {results}{spent}; {left} left"
         + (f", about {hours * left:.1f} CPU-hours at {hours * 60:.1f} min a run" if timed and left else "")
     ]
+    lines += [f"not this sweep's run: {error}" for error in others]
     left_out = uncommitted_records(done, results)
     if left_out:
         lines.append(
@@ -282,7 +298,7 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
             f"`--commit` commits them before it runs anything"
         )
     for record, changed in outdated_records(done_records):
-        path = Path(results) / record["task"] / record["arch"] / record["variant"] / f"seed{record['seed']}.json"
+        path = record_place(results, record["task"], record["arch"], record["variant"], record["seed"])
         lines.append(
             f"outdated: {path} ({describe_differences(changed, 'there')}); fairseq-monoattn-aggregate refuses it"
         )

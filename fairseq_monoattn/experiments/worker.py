@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .launch import spec_from_json
 from .processes import ForkedTraining, preload_fairseq_train
-from .runs import BUSY_EXIT, RunBusy, RunError, run
+from .runs import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError, run
 
 
 @contextmanager
@@ -42,6 +42,12 @@ def main(argv=None) -> int:
     except RunError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # a file of the run that cannot be written (a full disk) or read
+        print(f"error: {spec.key}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C, or the launcher passing on its own
+        print(f"interrupted: {spec.key} stopped; the same command resumes it from its last checkpoint", file=sys.stderr)
+        return INTERRUPTED_EXIT
     return 0
 
 

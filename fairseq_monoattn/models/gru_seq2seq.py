@@ -10,6 +10,7 @@ named architecture (``presets.py``) that sets the options it differs in.
 """
 
 import dataclasses
+import logging
 from contextlib import nullcontext
 from typing import Any, Dict, Mapping, Optional
 
@@ -53,6 +54,8 @@ from .options import (
     parse_bool,
 )
 from .presets import PRESETS
+
+logger = logging.getLogger(__name__)
 
 MODEL_NAME = "gru_seq2seq"
 
@@ -444,6 +447,9 @@ class GRUDecoder(FairseqIncrementalDecoder):
         steps = None
         if incremental_state is None and torch.is_grad_enabled() and read_weight.requires_grad:
             steps = self.compiled_steps(input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory)
+            if self.training and not getattr(self, "_code_logged", False):  # once, for the run's record
+                self._code_logged = True
+                logger.info(compiled.TRAINING_CODE_LINE + compiled.training_code(steps is not None, input_gates))
         if steps is None:
             steps = self.steps(input_gates, hidden, location, read_weight, read_bias, sizes, context_weight, memory,
                                first_step, incremental_state)  # fmt: skip

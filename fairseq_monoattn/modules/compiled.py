@@ -60,6 +60,20 @@ def in_use() -> str:
     return "C++" if available() else "Python"
 
 
+# the line a training's log carries once (GRUDecoder), which a run's record keeps (experiments/runs.py)
+TRAINING_CODE_LINE = "decoder training code: "
+
+
+def training_code(looped: bool, *tensors: torch.Tensor) -> str:
+    """Which code a training pass of the GRU decoder runs: "C++ decoder loop" (``looped``: the whole
+    time loop as one node), "C++ step nodes" (step by step, each part with a C++ form as its node,
+    a user's entry in Python) or "Python" (``applies`` is false for ``tensors``).  The three compute
+    the same function with gradients rounded differently."""
+    if looped:
+        return "C++ decoder loop"
+    return "C++ step nodes" if applies(*tensors) else "Python"
+
+
 def describe() -> str:
     """``in_use`` with the reason when it is Python."""
     if kernels is None:
