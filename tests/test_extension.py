@@ -4,6 +4,9 @@ fairseq-generate and fairseq-monoattn-score accept them through --user-dir, run 
 outside the repository with the plugin installed as a package."""
 
 import json
+import os
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from fairseq_cli_helpers import hypotheses, run_command, write_copy_dataset
 from model_helpers import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
 
 EXTENSION = Path(__file__).resolve().parents[1] / "examples" / "extension" / "attention_extras"
+REPOSITORY = Path(__file__).resolve().parents[1]
 D = digit_dictionary()
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("1234567890123456789012")]
 
@@ -43,6 +47,34 @@ def test_the_extension_registers_entries_options_and_presets(extension):
     attention = model.decoder.attention
     assert type(attention.location.step).__name__ == "TanhStep" and attention.location.step.scale == 2.0
     assert type(attention.scorer).__name__ == "AdditiveScores" and attention.scorer.v.in_features == 8
+
+
+REGISTERED = """
+import sys
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+print(sorted({"gru_tanh_onestep", "gru_monoattn", "transformer_monoattn"} & set(ARCH_MODEL_REGISTRY)),
+      "length_generalization" in TASK_REGISTRY, sys.excepthook.__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    "first_import",
+    ["import attention_extras", "from fairseq_monoattn.models.gru_seq2seq import register_preset"],
+    ids=["the-users-package", "the-plugins-model-module"],
+)
+def test_the_docs_package_pattern_imports_in_a_plain_python_process(first_import):
+    """Before, a package importing fairseq_monoattn's modules (docs/extending.md) was a circular
+    ImportError in a process that had not imported fairseq first (a test script, a notebook)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join([str(EXTENSION.parent), str(REPOSITORY)])
+    done = subprocess.run(
+        [sys.executable, "-c", first_import + "\n" + REGISTERED], capture_output=True, text=True, env=env, cwd=EXTENSION
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    registered = ["gru_monoattn", "gru_tanh_onestep", "transformer_monoattn"] if "extras" in first_import else [
+        "gru_monoattn", "transformer_monoattn"]  # fmt: skip
+    assert done.stdout.split("\n")[-2] == f"{registered} True hook", done.stdout
 
 
 def test_the_new_step_computes_its_equation(extension):
