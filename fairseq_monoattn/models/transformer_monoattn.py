@@ -40,7 +40,7 @@ from torch import nn
 
 from ..modules.positions import kept_tokens_first, to_source_layout
 from .gru_seq2seq import build_cross_attention
-from .options import add_option_arguments, option_defaults, parse_bool
+from .options import OptionError, add_option_arguments, check_options, check_preset, option_defaults, parse_bool
 
 MODEL_NAME = "transformer_location"
 STATE_PREFIX = "location."  # the location state's entries among a layer's incremental state
@@ -308,6 +308,7 @@ class TransformerMonoAttnModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         location_defaults(args)
+        check_options({name: getattr(args, name) for name in attention_options()})  # OptionError names it
         model = super().build_model(args, task)
         install_location_attention(model.decoder, args)
         return model
@@ -399,6 +400,12 @@ def transformer_location(args):
 
 
 def _register(name: str, values: Dict[str, Any]) -> None:
+    check_preset(name, {key: value for key, value in values.items() if key in attention_options()})
+    for key, known in (("location_layers", LOCATION_LAYERS), ("direction_gate_summary", GATE_SUMMARIES)):
+        if key in values and values[key] not in known:
+            raise OptionError(f"preset {name!r}: --{key.replace('_', '-')} must be one of {', '.join(known)}, "
+                              f"got {values[key]!r}")  # fmt: skip
+
     @register_model_architecture(MODEL_NAME, name)
     def architecture(args):
         for key, value in values.items():

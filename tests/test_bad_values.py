@@ -1,0 +1,155 @@
+"""Values that are accepted but mean something else, or fail late: each is refused when the model
+is built or the preset registered (before any training), as one line naming the option."""
+
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+from fairseq_cli_helpers import TINY, write_copy_dataset
+from forked_commands import command
+from model_helpers import build
+
+from fairseq_monoattn.models import transformer_monoattn
+from fairseq_monoattn.models.gru_seq2seq import REGISTERED_PRESETS, register_preset
+from fairseq_monoattn.models.options import OptionError
+from fairseq_monoattn.models.presets import PRESETS
+
+TEMPERATURES = ("mix_temperature", "step_temperature", "direction_temperature")
+# presets that read all three: a content/location mix, a sigmoid (or mono) step and a direction gate
+READ_ALL_THREE = ("gru_mix_monoattn", "gru_mix_onestep", "transformer_mix_onestep")
+
+
+TRAIN = ("--task", "length_generalization", "--criterion", "seq_acc", "--optimizer", "adam", "--lr", "1e-3",
+         "--batch-size", "8", "--max-epoch", "1")  # fmt: skip
+
+
+def error_lines(done):
+    """The error lines of a fairseq command (hydra's DEBUG lines aside), none if it printed a traceback."""
+    return [] if "Traceback" in done.stderr else [line for line in done.stderr.splitlines() if "error" in line]
+
+
+@pytest.mark.parametrize("arch", READ_ALL_THREE)
+@pytest.mark.parametrize("option", TEMPERATURES)
+@pytest.mark.parametrize("value", [0.0, -1.0, math.inf, math.nan], ids=["zero", "negative", "inf", "nan"])
+def test_a_temperature_that_is_not_positive_and_finite_is_refused_when_the_model_is_built(arch, option, value):
+    """Before, 0 and negatives built a model (a constant or reversed sigmoid) and inf died with NaN
+    gradients once training started."""
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(OptionError, match=f"^{flag} must be > 0 and finite, got {value}$"):
+        build(arch, **{option: value})
+
+
+@pytest.mark.parametrize("arch", READ_ALL_THREE)
+def test_positive_finite_temperatures_still_build(arch):
+    model = build(arch, mix_temperature=0.5, step_temperature=1e3, direction_temperature=2.0)
+    attention = next(m for m in model.modules() if type(m).__name__ == "CrossAttention")
+    assert attention.mix_temperature == 0.5 and attention.location.step.temperature == 1e3
+    assert attention.direction_gate.temperature == 2.0
+
+
+def test_the_command_line_refuses_an_infinite_temperature_in_one_line(tmp_path):
+    data = write_copy_dataset(tmp_path / "data", TINY)
+    user_dir = Path(__file__).resolve().parents[1] / "fairseq_monoattn"
+    done = command("fairseq-train", data / "bin", "--user-dir", user_dir, "--arch", "gru_monoattn", *TRAIN,
+                   "--step-temperature", "inf")  # fmt: skip
+    assert done.returncode == 2 and "--step-temperature: must be > 0 and finite, got inf" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (dict(step_activation="sofplus"), "--step-activation must be one of sigmoid, mono, relu, softstair, none, "),
+        (dict(reference="previus"), "--reference must be one of previous, gated, initial-bias, got 'previus'"),
+        (dict(attention_scoring="contnet"), "--attention-scoring must be one of none, content, relative, rotary, "),
+        (dict(mix_temperature=math.inf), "--mix-temperature must be > 0 and finite, got inf"),
+    ],
+    ids=["step", "reference", "scoring", "temperature"],
+)
+def test_a_preset_with_an_unknown_entry_or_a_bad_value_is_refused_when_registered(change, named):
+    """Before, a preset naming an unknown entry was registered and failed only when used."""
+    with pytest.raises(OptionError, match=f"^preset 'gru_typo': {named}"):
+        register_preset("gru_typo", dict(PRESETS["gru_onestep"], **change))
+    assert "gru_typo" not in REGISTERED_PRESETS
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    with pytest.raises(OptionError, match=f"^preset 'transformer_typo': {named}"):
+        transformer_monoattn._register("transformer_typo", dict(transformer_monoattn.TRANSFORMER_PRESETS[
+            "transformer_onestep"], **change))  # fmt: skip
+    assert "transformer_typo" not in ARCH_MODEL_REGISTRY and "gru_typo" not in ARCH_MODEL_REGISTRY
+
+
+def test_a_transformer_preset_with_an_unknown_layer_choice_is_refused_when_registered():
+    values = dict(transformer_monoattn.TRANSFORMER_PRESETS["transformer_onestep"], location_layers="first")
+    with pytest.raises(OptionError, match="^preset 'transformer_typo': --location-layers must be one of none, last"):
+        transformer_monoattn._register("transformer_typo", values)
+
+
+# A user's package whose entry validates its settings, and a preset naming an entry it misspells.
+ODD_STEP = """
+from dataclasses import dataclass, field
+
+import torch
+
+import fairseq_monoattn
+from fairseq_monoattn.models.gru_seq2seq import register_preset
+from fairseq_monoattn.models.presets import PRESETS
+from fairseq_monoattn.registry import StepActivation, register_step_activation
+
+
+@dataclass
+class OddStepSettings:
+    odd_step_width: int = field(default=1, metadata={"help": "an odd number of positions"})
+
+    def __post_init__(self):
+        if self.odd_step_width % 2 == 0:
+            raise ValueError(f"odd_step_width must be odd, got {self.odd_step_width}")
+
+
+@register_step_activation("odd", settings=OddStepSettings)
+class OddStep(StepActivation):
+    def __init__(self, settings):
+        super().__init__()
+        self.width = settings.odd_step_width
+
+    def forward(self, rho):
+        return self.width * torch.sigmoid(rho)
+
+
+register_preset("gru_odd_onestep", dict(PRESETS["gru_onestep"], step_activation="odd"))
+"""
+
+
+def user_package(root: Path, name: str, text: str) -> Path:
+    package = root / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(text))
+    return package
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    return write_copy_dataset(tmp_path_factory.mktemp("data") / "copy", TINY) / "bin"
+
+
+@pytest.mark.parametrize("arch", ["gru_odd_onestep", "transformer_onestep"], ids=["gru-preset", "transformer-preset"])
+def test_an_entry_whose_settings_refuse_a_value_is_one_line_naming_the_entry_and_option(tmp_path, tiny_data, arch):
+    """Before, the settings dataclass's ValueError was a 30-line traceback out of the model's build."""
+    package = user_package(tmp_path, "odd_steps", ODD_STEP)
+    done = command("fairseq-train", tiny_data, "--user-dir", package, "--arch", arch, *TRAIN,
+                   "--step-activation", "odd", "--odd-step-width", "2", "--save-dir", tmp_path / "ck")  # fmt: skip
+    assert done.returncode == 1 and error_lines(done) == [
+        "error: --step-activation odd: --odd-step-width 2: odd_step_width must be odd, got 2"
+    ], done.stderr[-3000:]
+    assert not list(tmp_path.glob("ck/*.pt"))  # refused before training started
+
+
+def test_a_users_preset_naming_an_unknown_entry_is_one_line_when_its_package_is_imported(tmp_path, tiny_data):
+    text = ODD_STEP.replace('step_activation="odd"', 'step_activation="od"')
+    package = user_package(tmp_path, "odd_typo", text)
+    done = command("fairseq-train", tiny_data, "--user-dir", package, "--arch", "gru_onestep", *TRAIN,
+                   "--save-dir", tmp_path / "ck")  # fmt: skip
+    assert done.returncode == 1 and error_lines(done) == [
+        "error: preset 'gru_odd_onestep': --step-activation must be one of sigmoid, mono, relu, softstair, none, "
+        "odd, got 'od'"
+    ], done.stderr[-3000:]
