@@ -34,6 +34,14 @@
    the 28 parameters of ``gru_monoattn``, where ``torch._foreach_norm`` (the same per-tensor
    norm kernel on the CPU, so the same total norm bit for bit) takes the clipping to 0.28 ms.
    Gradients on the CPU take the ``_foreach`` path; elsewhere fairseq's own code runs.
+
+7. A model configured by argparse options alone (fairseq's legacy Transformer, so this plugin's
+   ``transformer_location`` presets) has its configuration in the checkpoint as an
+   ``argparse.Namespace``: a process without this plugin (fairseq's
+   ``scripts/average_checkpoints.py``) loads it with torch's ``weights_only=True`` and is refused.
+   The trainer's checkpoints of this plugin's models store it as a plain dict instead, as the GRU
+   model's dataclass configuration is stored (``TransformerMonoAttnModel.build_model`` reads the
+   dict back); the checkpoints of every other model are left as fairseq writes them.
 """
 
 import argparse
@@ -49,6 +57,7 @@ from fairseq.data import data_utils
 from fairseq.file_io import PathManager
 from fairseq.logging import progress_bar
 
+from ._after_import import call_after_import
 from .files import atomic_output
 
 logger = logging.getLogger(__name__)
@@ -202,7 +211,38 @@ def foreach_grad_norm():
     fairseq_utils.clip_grad_norm_ = clip_grad_norm_
 
 
+def plugin_architecture(model_cfg) -> bool:
+    """Whether a model configuration names an architecture of this plugin."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    model = ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None
+    return model is not None and model.__module__.startswith(__package__ + ".")
+
+
+def plain_model_config_in_checkpoints():
+    from fairseq.trainer import Trainer
+
+    original = Trainer.state_dict
+    if getattr(original, "plain_model_config", False):
+        return
+
+    @functools.wraps(original)
+    def state_dict(self):
+        """fairseq's checkpoint state; a Namespace configuring one of this plugin's models as a dict."""
+        state = original(self)
+        cfg = state.get("cfg")
+        model = cfg.get("model") if isinstance(cfg, dict) else None
+        if isinstance(model, argparse.Namespace) and plugin_architecture(model):
+            state["cfg"] = dict(cfg, model=dict(vars(model)))
+        return state
+
+    state_dict.plain_model_config = True
+    Trainer.state_dict = state_dict
+
+
 allow_fairseq_checkpoints()
+call_after_import("fairseq.trainer", plain_model_config_in_checkpoints)  # fairseq-train's, not scoring's
 atomic_checkpoint_copies()
 foreach_grad_norm()
 keep_last_batch()

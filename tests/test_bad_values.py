@@ -15,6 +15,7 @@ from fairseq_monoattn.models.gru_seq2seq import REGISTERED_PRESETS, register_pre
 from fairseq_monoattn.models.options import OptionError
 from fairseq_monoattn.models.presets import PRESETS
 
+PLUGIN = Path(__file__).resolve().parents[1] / "fairseq_monoattn"
 TEMPERATURES = ("mix_temperature", "step_temperature", "direction_temperature")
 # presets that read all three: a content/location mix, a sigmoid (or mono) step and a direction gate
 READ_ALL_THREE = ("gru_mix_monoattn", "gru_mix_onestep", "transformer_mix_onestep")
@@ -50,8 +51,7 @@ def test_positive_finite_temperatures_still_build(arch):
 
 def test_the_command_line_refuses_an_infinite_temperature_in_one_line(tmp_path):
     data = write_copy_dataset(tmp_path / "data", TINY)
-    user_dir = Path(__file__).resolve().parents[1] / "fairseq_monoattn"
-    done = command("fairseq-train", data / "bin", "--user-dir", user_dir, "--arch", "gru_monoattn", *TRAIN,
+    done = command("fairseq-train", data / "bin", "--user-dir", PLUGIN, "--arch", "gru_monoattn", *TRAIN,
                    "--step-temperature", "inf")  # fmt: skip
     assert done.returncode == 2 and "--step-temperature: must be > 0 and finite, got inf" in done.stderr, done.stderr
 
@@ -153,3 +153,59 @@ def test_a_users_preset_naming_an_unknown_entry_is_one_line_when_its_package_is_
         "error: preset 'gru_odd_onestep': --step-activation must be one of sigmoid, mono, relu, softstair, none, "
         "odd, got 'od'"
     ], done.stderr[-3000:]
+
+
+# --- checkpoints that other tools read ----------------------------------------------------------
+
+# fairseq's scripts/average_checkpoints.py, as far as loading goes: torch.load with torch's default
+# (weights_only=True since torch 2.6) in a process that never imports the plugin, which would
+# allow-list argparse.Namespace (fairseq_compat.py); the parameters summed, then divided.
+AVERAGE = """
+import sys
+import torch
+
+paths, out = sys.argv[1:-1], sys.argv[-1]
+states = [torch.load(path, map_location="cpu", weights_only=True) for path in paths]
+average = {key: sum(state["model"][key].double() for state in states) / len(states) for key in states[0]["model"]}
+states[-1]["model"] = {key: value.to(states[0]["model"][key].dtype) for key, value in average.items()}
+torch.save(states[-1], out)
+print(sorted(name for name in sys.modules if name.startswith("fairseq")))
+"""
+
+
+def test_transformer_checkpoints_load_and_average_without_the_plugin(tmp_path, tiny_data):
+    """Before, the Transformer presets' checkpoints held their configuration as an argparse.Namespace,
+    which torch 2.6+'s weights_only loader refuses outside the plugin (GRU checkpoints loaded)."""
+    import subprocess
+    import sys
+
+    import torch
+    from fairseq import checkpoint_utils
+
+    from fairseq_monoattn.experiments.runs import check_checkpoint_matches
+
+    checkpoints = []
+    for seed in (1, 2):
+        save = tmp_path / f"seed{seed}"
+        train = ["fairseq-train", tiny_data, "--user-dir", PLUGIN, "--arch", "transformer_onestep_recency", *TRAIN,
+                 "--seed", seed, "--save-dir", save, "--no-epoch-checkpoints"]  # fmt: skip
+        done = command(*train)
+        assert done.returncode == 0, done.stderr[-3000:]
+        checkpoints.append(save / "checkpoint_last.pt")
+        check_checkpoint_matches(checkpoints[-1], list(map(str, train)))  # resuming reads the stored configuration
+    averaged = tmp_path / "averaged.pt"
+    done = subprocess.run([sys.executable, "-c", AVERAGE, *map(str, checkpoints), str(averaged)], capture_output=True,
+                          text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"  # neither the plugin nor fairseq was imported
+    # the averaged checkpoint is the Transformer the presets describe, with the mean of the weights
+    (model,), _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(averaged)], arg_overrides={"data": str(tiny_data)}
+    )
+    states = [torch.load(path, map_location="cpu", weights_only=True)["model"] for path in checkpoints]
+    for key, value in model.state_dict().items():
+        mean = (sum(state[key].double() for state in states) / 2).to(value.dtype)
+        assert torch.equal(value, mean), key
+    assert model.decoder.recency_bias == 1.0 and model.decoder.recency_exempts_start is True
+    assert model.encoder.embed_positions is None and model.decoder.layers[-1].encoder_attn.gate_summary == "none"
+    assert not torch.equal(states[0]["decoder.embed_tokens.weight"], states[1]["decoder.embed_tokens.weight"])

@@ -36,6 +36,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
+from omegaconf import OmegaConf
 from torch import nn
 
 from ..modules.positions import kept_tokens_first, to_source_layout
@@ -307,6 +308,8 @@ class TransformerMonoAttnModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        if OmegaConf.is_config(args):  # a checkpoint's configuration, stored as a dict (fairseq_compat.py, 7.)
+            args = Namespace(**OmegaConf.to_container(args, resolve=True))  # fairseq's Transformer reads a Namespace
         location_defaults(args)
         check_options({name: getattr(args, name) for name in attention_options()})  # OptionError names it
         model = super().build_model(args, task)
