@@ -42,6 +42,13 @@
    The trainer's checkpoints of this plugin's models store it as a plain dict instead, as the GRU
    model's dataclass configuration is stored (``TransformerMonoAttnModel.build_model`` reads the
    dict back); the checkpoints of every other model are left as fairseq writes them.
+
+8. A checkpoint of a preset or model that a user's package registers, loaded without that package
+   (no --user-dir, or another), fails inside fairseq's model lookup with a KeyError "'_name'" (its
+   error message cannot print the model config).  fairseq records the package the checkpoint was
+   trained with (cfg.common.user_dir): a checkpoint of this plugin's models (its configuration
+   has the plugin's model options) whose architecture nothing registers is refused as it is read,
+   naming the architecture and the package to pass.  Other checkpoints load as fairseq loads them.
 """
 
 import argparse
@@ -49,15 +56,18 @@ import functools
 import logging
 import os
 import shutil
+from typing import Mapping
 
 import numpy as np
 import torch
+from fairseq import checkpoint_utils
 from fairseq import utils as fairseq_utils
 from fairseq.data import data_utils
 from fairseq.file_io import PathManager
 from fairseq.logging import progress_bar
 
 from ._after_import import call_after_import
+from .errors import PluginError
 from .files import atomic_output
 
 logger = logging.getLogger(__name__)
@@ -241,7 +251,61 @@ def plain_model_config_in_checkpoints():
     Trainer.state_dict = state_dict
 
 
+# options every model of this plugin records in its checkpoints (GRU and Transformer alike)
+PLUGIN_MODEL_OPTIONS = ("location_attention", "attention_scoring", "step_activation")
+
+
+class UnregisteredArchitecture(PluginError, KeyError):
+    """A checkpoint of this plugin's models whose architecture no imported package registers."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
+def _field(section, name):
+    return section.get(name) if isinstance(section, Mapping) else getattr(section, name, None)
+
+
+def check_architecture_registered(state, path) -> None:
+    """UnregisteredArchitecture naming ``path``'s architecture and the package (cfg.common.user_dir)
+    that registered it, where the checkpoint is one of this plugin's models and its architecture is
+    not registered now; any other checkpoint passes."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    cfg = state.get("cfg") if isinstance(state, Mapping) else None
+    if cfg is None and isinstance(state, Mapping):  # older checkpoints: one Namespace of every option
+        cfg = {"model": state.get("args"), "common": state.get("args")}
+    model = _field(cfg, "model") if cfg is not None else None
+    if model is None or not all(_field(model, key) is not None for key in PLUGIN_MODEL_OPTIONS):
+        return
+    arch = _field(model, "arch") or _field(model, "_name")
+    if not isinstance(arch, str) or arch in ARCH_MODEL_REGISTRY or arch in MODEL_REGISTRY:
+        return
+    user_dir = _field(_field(cfg, "common"), "user_dir")
+    if user_dir and os.path.realpath(user_dir) != os.path.dirname(os.path.realpath(__file__)):
+        where = f"from the package {user_dir} (cfg.common.user_dir): pass --user-dir {user_dir}"
+    else:
+        where = "that no package imported here registers (the checkpoint names no --user-dir of its own)"
+    raise UnregisteredArchitecture(f"{path} was trained with --arch {arch}, {where}")
+
+
+def name_unregistered_architectures():
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(original, "names_architecture", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        state = original(path, *args, **kwargs)
+        check_architecture_registered(state, path)
+        return state
+
+    load_checkpoint_to_cpu.names_architecture = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
 allow_fairseq_checkpoints()
+name_unregistered_architectures()
 call_after_import("fairseq.trainer", plain_model_config_in_checkpoints)  # fairseq-train's, not scoring's
 atomic_checkpoint_copies()
 foreach_grad_norm()

@@ -27,7 +27,12 @@ TRAIN = ("--task", "length_generalization", "--criterion", "seq_acc", "--optimiz
 
 def error_lines(done):
     """The error lines of a fairseq command (hydra's DEBUG lines aside), none if it printed a traceback."""
-    return [] if "Traceback" in done.stderr else [line for line in done.stderr.splitlines() if "error" in line]
+    lines = done.stderr.splitlines()
+    return (
+        []
+        if "Traceback" in done.stderr
+        else [line for line in lines if line.startswith("error: ") or ": error: " in line]
+    )
 
 
 @pytest.mark.parametrize("arch", READ_ALL_THREE)
@@ -209,3 +214,43 @@ def test_transformer_checkpoints_load_and_average_without_the_plugin(tmp_path, t
     assert model.decoder.recency_bias == 1.0 and model.decoder.recency_exempts_start is True
     assert model.encoder.embed_positions is None and model.decoder.layers[-1].encoder_attn.gate_summary == "none"
     assert not torch.equal(states[0]["decoder.embed_tokens.weight"], states[1]["decoder.embed_tokens.weight"])
+
+
+def test_a_checkpoint_of_a_users_preset_loaded_without_its_package_names_the_package(tmp_path, tiny_data):
+    """Before: "'_name'" from fairseq-monoattn-score and plot-attention, fairseq's own broken
+    "Available models" KeyError from fairseq-generate."""
+    extension = Path(__file__).resolve().parents[1] / "examples" / "extension" / "attention_extras"
+    save = tmp_path / "ck"
+    done = command("fairseq-train", tiny_data, "--user-dir", extension, "--arch", "gru_tanh_onestep", *TRAIN,
+                   "--save-dir", save, "--no-epoch-checkpoints")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    checkpoint = save / "checkpoint_last.pt"
+    named = (f"{checkpoint} was trained with --arch gru_tanh_onestep, from the package {extension} "
+             f"(cfg.common.user_dir): pass --user-dir {extension}")  # fmt: skip
+    out = tmp_path / "scores.json"
+    score = command("fairseq-monoattn-score", "--checkpoint", checkpoint, "--data", tiny_data, "--splits", "test9",
+                    "--out", out)  # fmt: skip
+    assert score.returncode == 2 and error_lines(score) == [f"error: {named}"] and not out.exists(), score.stderr
+    plot = command("fairseq-monoattn-plot-attention", "--checkpoint", checkpoint, "--data", tiny_data, "--source",
+                   "1 2", "--out", tmp_path / "a.png")  # fmt: skip
+    assert plot.returncode == 2 and error_lines(plot) == [f"fairseq-monoattn-plot-attention: error: {named}"]
+    generate = command("fairseq-generate", tiny_data, "--user-dir", PLUGIN, "--path", checkpoint, "--task",
+                       "length_generalization", "--gen-subset", "test9", "--beam", "1")  # fmt: skip
+    assert generate.returncode == 1 and error_lines(generate) == [f"error: {named}"], generate.stderr[-3000:]
+    # with the package the same checkpoint scores
+    score = command("fairseq-monoattn-score", "--checkpoint", checkpoint, "--data", tiny_data, "--splits", "test9",
+                    "--out", out, "--user-dir", extension)  # fmt: skip
+    assert score.returncode == 0 and out.exists(), score.stderr[-3000:]
+
+
+def test_only_the_plugins_checkpoints_are_checked_for_their_architecture():
+    from fairseq_monoattn.fairseq_compat import UnregisteredArchitecture, check_architecture_registered
+
+    plugin_model = dict(_name="gru_gone", location_attention=False, attention_scoring="content", step_activation="mono")
+    with pytest.raises(
+        UnregisteredArchitecture, match="^x.pt was trained with --arch gru_gone, that no package imported here "
+    ):
+        check_architecture_registered({"cfg": {"model": plugin_model, "common": {"user_dir": None}}}, "x.pt")
+    # fairseq's own models (and any model without the plugin's options) are left to fairseq
+    check_architecture_registered({"cfg": {"model": {"_name": "some_other_model"}, "common": {}}}, "x.pt")
+    check_architecture_registered({"cfg": {"model": dict(plugin_model, _name="gru_onestep")}}, "x.pt")
