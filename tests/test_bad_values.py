@@ -254,3 +254,41 @@ def test_only_the_plugins_checkpoints_are_checked_for_their_architecture():
     # fairseq's own models (and any model without the plugin's options) are left to fairseq
     check_architecture_registered({"cfg": {"model": {"_name": "some_other_model"}, "common": {}}}, "x.pt")
     check_architecture_registered({"cfg": {"model": dict(plugin_model, _name="gru_onestep")}}, "x.pt")
+
+
+# --- a full disk --------------------------------------------------------------------------------
+
+# fairseq-monoattn-prepare in a process whose files may not grow past LIMIT bytes (the kernel
+# refuses the write, as a full disk does, with EFBIG instead of ENOSPC)
+LIMITED_PREPARE = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from fairseq_monoattn.cli import prepare
+sys.exit(prepare.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["new", "replacing"])
+def test_a_write_that_fails_while_preparing_is_one_line_naming_the_file_and_nothing_is_left(tmp_path, force):
+    """Before, a full disk was a 29-line traceback."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "copy"
+    before = None
+    if force:  # a complete data set that the new one would replace
+        assert command("fairseq-monoattn-prepare", "copy", "--out", out).returncode == 0
+        before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONPATH=str(PLUGIN.parent))
+    argv = ["copy", "--out", str(out)] + (["--force"] if force else [])
+    done = subprocess.run([sys.executable, "-c", LIMITED_PREPARE, "3000", *argv], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and error_lines(done) == [
+        f"error: {out / 'bin' / 'train.src-tgt.src.bin'}: cannot write it: File too large; --out was left as it was"
+    ], done.stderr[-3000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == (["copy"] if force else [])  # no staging folder left
+    if force:
+        assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
