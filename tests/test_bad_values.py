@@ -25,6 +25,12 @@ TRAIN = ("--task", "length_generalization", "--criterion", "seq_acc", "--optimiz
          "--batch-size", "8", "--max-epoch", "1")  # fmt: skip
 
 
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def error_lines(done):
     """The error lines of a fairseq command (hydra's DEBUG lines aside), none if it printed a traceback."""
     lines = done.stderr.splitlines()
@@ -292,3 +298,41 @@ def test_a_write_that_fails_while_preparing_is_one_line_naming_the_file_and_noth
     assert sorted(path.name for path in tmp_path.iterdir()) == (["copy"] if force else [])  # no staging folder left
     if force:
         assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
+
+# --- precisions this machine cannot train in ----------------------------------------------------
+
+
+@pytest.mark.skipif(torch_has_cuda(), reason="float16 training works where torch has a CUDA device")
+def test_half_precision_without_its_device_is_one_line_before_training_and_fairseqs_own_tasks_unchanged(
+    tmp_path, tiny_data
+):
+    """Before, fairseq-train --fp16 on a machine without CUDA died in fairseq's FP16Optimizer ('Torch
+    not compiled with CUDA enabled'), --bf16 in the trainer ('NoneType' has no 'xla_device')."""
+    import torch
+
+    train = ["fairseq-train", tiny_data, "--user-dir", PLUGIN, "--arch", "gru_onestep", *TRAIN]
+    for flag, named in [
+        ("--fp16", "error: --fp16: fairseq trains in float16 on a CUDA device only, and torch has no CUDA device here"),
+        ("--bf16", "error: --bf16: fairseq's bfloat16 training runs on a TPU only (--bf16 implies --tpu) and needs "
+                   "torch_xla, which is not installed here; drop --bf16"),
+    ]:  # fmt: skip
+        done = command(*train, flag, "--save-dir", tmp_path / flag)
+        assert done.returncode == 1 and len(error_lines(done)) == 1, done.stderr[-3000:]
+        assert error_lines(done)[0].startswith(named) and not list(tmp_path.glob(f"{flag}/*.pt"))
+    # fairseq's own task: fairseq's behaviour, the plugin says nothing
+    done = command("fairseq-train", tiny_data, "--user-dir", PLUGIN, "--arch", "lstm", "--task", "translation",
+                   "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-epoch", "1", "--fp16",
+                   "--save-dir", tmp_path / "translation")  # fmt: skip
+    assert done.returncode != 0 and "error: --fp16" not in done.stderr and "CUDA" in done.stderr
+    # a checkpoint trained in float16 (on a GPU) still loads and scores here
+    done = command(*train, "--save-dir", tmp_path / "ck", "--no-epoch-checkpoints")
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = torch.load(tmp_path / "ck" / "checkpoint_last.pt", weights_only=True)
+    assert state["cfg"]["task"]["fp16"] is False  # the task's copy of common.fp16, resolved when saved
+    state["cfg"]["common"]["fp16"] = state["cfg"]["task"]["fp16"] = True  # as fairseq-train --fp16 saves it
+    torch.save(state, tmp_path / "fp16.pt")
+    out = tmp_path / "scores.json"
+    done = command("fairseq-monoattn-score", "--checkpoint", tmp_path / "fp16.pt", "--data", tiny_data, "--splits",
+                   "test9", "--out", out)  # fmt: skip
+    assert done.returncode == 0 and out.exists(), done.stderr[-3000:]

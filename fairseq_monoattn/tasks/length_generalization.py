@@ -109,19 +109,51 @@ class LengthGeneralizationConfig(TranslationConfig):
     valid_subset: str = II("dataset.valid_subset")
     best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
     maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
+    # read to refuse a precision this machine cannot train in (check_precision)
+    fp16: bool = II("common.fp16")
+    bf16: bool = II("common.bf16")
+    cpu: bool = II("common.cpu")
+
+
+class TaskOptionError(PluginError, ValueError):
+    """Task options that cannot work together or on this machine; the message names the option."""
+
+
+def _common_flag(cfg, name: str) -> bool:
+    """cfg.NAME, a task config field read from common.NAME; False where no common config resolves it."""
+    try:
+        return bool(getattr(cfg, name, False))
+    except Exception:  # a task config without its parent (omegaconf cannot resolve the interpolation)
+        return False
+
+
+def check_precision(cfg: LengthGeneralizationConfig) -> None:
+    """Refuse --fp16 without a CUDA device and --bf16 without torch_xla, before any work: fairseq would
+    fail once training starts ('Torch not compiled with CUDA', an xla_device AttributeError)."""
+    import torch
+    from fairseq import utils as fairseq_utils
+
+    if _common_flag(cfg, "fp16") and (_common_flag(cfg, "cpu") or not torch.cuda.is_available()):
+        where = "--cpu was given" if _common_flag(cfg, "cpu") else "torch has no CUDA device here"
+        raise TaskOptionError(f"--fp16: fairseq trains in float16 on a CUDA device only, and {where}; drop --fp16")
+    if _common_flag(cfg, "bf16") and getattr(fairseq_utils, "xm", None) is None:
+        raise TaskOptionError(
+            "--bf16: fairseq's bfloat16 training runs on a TPU only (--bf16 implies --tpu) and needs torch_xla, "
+            "which is not installed here; drop --bf16"
+        )
 
 
 def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
     """Fail early on settings fairseq would only trip over (or silently get wrong) later."""
     metric = cfg.best_checkpoint_metric
     if metric in ("accuracy", "edit_distance") and not cfg.eval_accuracy:
-        raise ValueError(f"--best-checkpoint-metric {metric} needs --eval-accuracy")
+        raise TaskOptionError(f"--best-checkpoint-metric {metric} needs --eval-accuracy")
     if metric in MAXIMIZED and not cfg.maximize_best_checkpoint_metric:
-        raise ValueError(f"--best-checkpoint-metric {metric} needs --maximize-best-checkpoint-metric")
+        raise TaskOptionError(f"--best-checkpoint-metric {metric} needs --maximize-best-checkpoint-metric")
     if metric in MINIMIZED and cfg.maximize_best_checkpoint_metric is True:
-        raise ValueError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
+        raise TaskOptionError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
     if cfg.stop_after_perfect and metric != "accuracy":
-        raise ValueError(
+        raise TaskOptionError(
             "--stop-after-perfect watches greedy valid accuracy: it needs --eval-accuracy and "
             "--best-checkpoint-metric accuracy"
         )
@@ -229,6 +261,8 @@ class LengthGeneralizationTask(TranslationTask):
 
     @classmethod
     def setup_task(cls, cfg: LengthGeneralizationConfig, **kwargs):
+        if not kwargs.get("from_checkpoint"):  # a checkpoint trained in float16 on a GPU still loads here
+            check_precision(cfg)
         check_checkpoint_metric(cfg)
         stop_after_perfect_validations(cfg.stop_after_perfect)
         return super().setup_task(cfg, **kwargs)
