@@ -1,13 +1,20 @@
 """The plugin's errors whose message says everything a user needs (the file or option, and what is
 wrong with it).  Raised inside fairseq's own commands (fairseq-train, fairseq-generate), they are
 printed as one line, ``error: <message>``, with exit status 1, not as a traceback; set
-FAIRSEQ_MONOATTN_TRACEBACK=1 to see the traceback."""
+FAIRSEQ_MONOATTN_TRACEBACK=1 to see the traceback.  Under fairseq-hydra-train hydra prints the
+message, after its own line naming the overrides (HYDRA_FULL_ERROR=1 for the traceback)."""
 
 import os
 import sys
 
+# hydra (fairseq-hydra-train runs training inside it) prints every exception as a traceback, before
+# any excepthook sees it, but its CompactHydraException, whose message it prints alone.  Where hydra
+# is loaded when the plugin is (fairseq's commands import it before the plugin's --user-dir), the
+# plugin's errors are such exceptions; elsewhere (the data commands) hydra is not imported for it.
+_BASE = getattr(sys.modules.get("hydra.errors"), "CompactHydraException", Exception)
 
-class PluginError(Exception):
+
+class PluginError(_BASE):
     """An error whose message names the file or option and says what is wrong."""
 
 

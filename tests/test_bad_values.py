@@ -336,3 +336,29 @@ def test_half_precision_without_its_device_is_one_line_before_training_and_fairs
     done = command("fairseq-monoattn-score", "--checkpoint", tmp_path / "fp16.pt", "--data", tiny_data, "--splits",
                    "test9", "--out", out)  # fmt: skip
     assert done.returncode == 0 and out.exists(), done.stderr[-3000:]
+
+
+# --- hydra --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (["model._name=gru_monoatn"], "model._name=gru_monoatn: no model or preset of that name is registered; "
+                                      "close matches: gru_monoattn, gru_rmonoattn, gru_mix_monoattn"),
+        (["model._name=gru_monoattn", "+model.step_temperature=inf"], "--step-temperature must be > 0 and finite"),
+    ],
+    ids=["misspelt-preset", "bad-value"],
+)  # fmt: skip
+def test_hydra_training_refuses_a_misspelt_preset_or_a_bad_value_in_one_line(tmp_path, tiny_data, overrides, named):
+    """Before: a misspelt preset was KeyError "'_name'" (from fairseq's own error message), and every
+    plugin error under hydra a traceback."""
+    config = Path(__file__).resolve().parents[1] / "examples" / "config"
+    done = command("fairseq-hydra-train", "--config-dir", config, "--config-name", "paper_recipe",
+                   f"task.data={tiny_data}", f"common.user_dir={PLUGIN}", f"checkpoint.save_dir={tmp_path / 'ck'}",
+                   "optimization.max_epoch=1", f"hydra.run.dir={tmp_path / 'hydra'}", *overrides)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(("INFO", "DEBUG"))]
+    assert lines[0].startswith("Error executing job with overrides:")  # hydra's own line
+    assert lines[1].startswith(named) and lines[2].startswith("Set the environment variable HYDRA_FULL_ERROR"), lines
+    assert not list(tmp_path.glob("ck/*.pt"))

@@ -143,6 +143,23 @@ def check_precision(cfg: LengthGeneralizationConfig) -> None:
         )
 
 
+def check_model_name(model_cfg) -> None:
+    """A model config naming no registered model or architecture (a misspelt hydra ``model._name``)
+    is refused naming it and the close matches; fairseq would fail formatting its own message
+    (KeyError "'_name'")."""
+    import difflib
+
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    name = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
+    if not isinstance(name, str) or name in ARCH_MODEL_REGISTRY or name in MODEL_REGISTRY:
+        return
+    option = "model._name" if getattr(model_cfg, "_name", None) else "--arch"
+    close = difflib.get_close_matches(name, [*ARCH_MODEL_REGISTRY, *MODEL_REGISTRY], n=5, cutoff=0.75)
+    known = f"close matches: {', '.join(close)}" if close else "fairseq-train --help lists the architectures"
+    raise TaskOptionError(f"{option}={name}: no model or preset of that name is registered; {known}")
+
+
 def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
     """Fail early on settings fairseq would only trip over (or silently get wrong) later."""
     metric = cfg.best_checkpoint_metric
@@ -268,6 +285,7 @@ class LengthGeneralizationTask(TranslationTask):
         return super().setup_task(cfg, **kwargs)
 
     def build_model(self, cfg, from_checkpoint=False):
+        check_model_name(cfg)
         model = super().build_model(cfg, from_checkpoint)
         if not from_checkpoint:
             warn_about_training(self.cfg, cfg)
