@@ -314,8 +314,8 @@ def test_half_precision_without_its_device_is_one_line_before_training_and_fairs
     train = ["fairseq-train", tiny_data, "--user-dir", PLUGIN, "--arch", "gru_onestep", *TRAIN]
     for flag, named in [
         ("--fp16", "error: --fp16: fairseq trains in float16 on a CUDA device only, and torch has no CUDA device here"),
-        ("--bf16", "error: --bf16: fairseq's bfloat16 training runs on a TPU only (--bf16 implies --tpu) and needs "
-                   "torch_xla, which is not installed here; drop --bf16"),
+        ("--bf16", "error: --bf16: fairseq-train's --bf16 implies --tpu, a TPU through torch_xla, which is not "
+                   "installed here; drop --bf16"),
     ]:  # fmt: skip
         done = command(*train, flag, "--save-dir", tmp_path / flag)
         assert done.returncode == 1 and len(error_lines(done)) == 1, done.stderr[-3000:]

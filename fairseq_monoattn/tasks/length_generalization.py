@@ -113,6 +113,7 @@ class LengthGeneralizationConfig(TranslationConfig):
     fp16: bool = II("common.fp16")
     bf16: bool = II("common.bf16")
     cpu: bool = II("common.cpu")
+    tpu: bool = II("common.tpu")
 
 
 class TaskOptionError(PluginError, ValueError):
@@ -128,18 +129,22 @@ def _common_flag(cfg, name: str) -> bool:
 
 
 def check_precision(cfg: LengthGeneralizationConfig) -> None:
-    """Refuse --fp16 without a CUDA device and --bf16 without torch_xla, before any work: fairseq would
-    fail once training starts ('Torch not compiled with CUDA', an xla_device AttributeError)."""
+    """Refuse a half precision fairseq cannot train in here, before any work: --fp16 without a CUDA
+    device, fairseq's FP16Optimizer failing once training starts ('Torch not compiled with CUDA');
+    --bf16 on a TPU (fairseq-train's --bf16 implies --tpu) without torch_xla, the trainer failing
+    ('NoneType' object has no attribute 'xla_device').  bfloat16 without --tpu (hydra's
+    common.bf16=true) trains on the CPU and is left alone."""
     import torch
     from fairseq import utils as fairseq_utils
 
-    if _common_flag(cfg, "fp16") and (_common_flag(cfg, "cpu") or not torch.cuda.is_available()):
-        where = "--cpu was given" if _common_flag(cfg, "cpu") else "torch has no CUDA device here"
-        raise TaskOptionError(f"--fp16: fairseq trains in float16 on a CUDA device only, and {where}; drop --fp16")
-    if _common_flag(cfg, "bf16") and getattr(fairseq_utils, "xm", None) is None:
+    no_cuda = "--cpu was given" if _common_flag(cfg, "cpu") else "torch has no CUDA device here"
+    has_cuda = torch.cuda.is_available() and not _common_flag(cfg, "cpu")
+    if _common_flag(cfg, "fp16") and not has_cuda:
+        raise TaskOptionError(f"--fp16: fairseq trains in float16 on a CUDA device only, and {no_cuda}; drop --fp16")
+    if _common_flag(cfg, "bf16") and _common_flag(cfg, "tpu") and getattr(fairseq_utils, "xm", None) is None:
         raise TaskOptionError(
-            "--bf16: fairseq's bfloat16 training runs on a TPU only (--bf16 implies --tpu) and needs torch_xla, "
-            "which is not installed here; drop --bf16"
+            "--bf16: fairseq-train's --bf16 implies --tpu, a TPU through torch_xla, which is not installed here; "
+            "drop --bf16"
         )
 
 
