@@ -3,8 +3,9 @@ user-dir plugin (``--user-dir fairseq_monoattn``).
 
 Importing the package registers its fairseq components (the registration list is
 :func:`register`): at once when fairseq is loaded already (as under ``--user-dir``), otherwise
-as soon as fairseq finishes loading, so that the commands which never need fairseq (data
-preparation, tables) start without it.
+as soon as fairseq finishes loading (or, where a module of this package is the one importing
+fairseq, as soon as that module's import finishes: ``_after_import.py``), so that the commands
+which never need fairseq (data preparation, tables) start without it.
 """
 
 __version__ = "0.3.0"
@@ -24,6 +25,6 @@ def register() -> None:
 
 from ._after_import import call_after_import  # noqa: E402
 
-call_after_import("fairseq", register)
+call_after_import("fairseq", register, unless_inside=__name__)  # not inside our own imports
 
 __all__ = ["register", "__version__"]

@@ -3,13 +3,20 @@ wrong with it).  Raised inside fairseq's own commands (fairseq-train, fairseq-ge
 plugin's task is set up or one of its models is built (both install :func:`install_excepthook`:
 a process that uses neither keeps Python's own hook), they are printed as one line,
 ``error: <message>``, with exit status 1, not as a traceback; set FAIRSEQ_MONOATTN_TRACEBACK=1 to
-see the traceback."""
+see the traceback.  Under fairseq-hydra-train hydra prints the message, after its own line naming
+the overrides (HYDRA_FULL_ERROR=1 for the traceback)."""
 
 import os
 import sys
 
+# hydra (fairseq-hydra-train runs training inside it) prints every exception as a traceback, before
+# any excepthook sees it, but its CompactHydraException, whose message it prints alone.  Where hydra
+# is loaded when the plugin is (fairseq's commands import it before the plugin's --user-dir), the
+# plugin's errors are such exceptions; elsewhere (the data commands) hydra is not imported for it.
+_BASE = getattr(sys.modules.get("hydra.errors"), "CompactHydraException", Exception)
 
-class PluginError(Exception):
+
+class PluginError(_BASE):
     """An error whose message names the file or option and says what is wrong."""
 
 

@@ -6,7 +6,7 @@ as stock fairseq beside it.  :func:`apply_fixes` applies them all; it runs when 
 is set up (``LengthGeneralizationTask.setup_task``: fairseq-train, fairseq-generate and the
 plugin's own loaders with ``--task length_generalization``) and in the plugin's commands that
 decode checkpoints (fairseq-monoattn-score, fairseq-monoattn-plot-attention).  fairseq's trainer,
-training loop and checkpoint code look the functions of items 2-6 up globally, so they are
+training loop and checkpoint code look the functions of items 2-8 up globally, so they are
 replaced in fairseq's modules, and like items 1 they hold for the rest of the process once
 applied, for every task in it.  Each keeps fairseq's results (the tests compare them with
 fairseq's own functions):
@@ -44,15 +44,37 @@ fairseq's own functions):
    the 28 parameters of ``gru_monoattn``, where ``torch._foreach_norm`` (the same per-tensor
    norm kernel on the CPU, so the same total norm bit for bit) takes the clipping to 0.28 ms.
    Gradients on the CPU take the ``_foreach`` path; elsewhere fairseq's own code runs.
+
+7. A model configured by argparse options alone (fairseq's legacy Transformer, so this plugin's
+   ``transformer_location`` presets) has its configuration in the checkpoint as an
+   ``argparse.Namespace``: a process without this plugin (fairseq's
+   ``scripts/average_checkpoints.py``) loads it with torch's ``weights_only=True`` and is refused.
+   Once one of the plugin's Transformers is built (``TransformerMonoAttnModel.build_model`` applies
+   this fix, whatever the task), the trainer's checkpoints of this plugin's models store it as a
+   plain dict instead, as the GRU model's dataclass configuration is stored (``build_model`` reads
+   the dict back); the checkpoints of every other model are left as fairseq writes them.
+
+8. A checkpoint of a preset or model that a user's package registers, loaded without that package
+   (no --user-dir, or another), fails inside fairseq's model lookup with a KeyError "'_name'" (its
+   error message cannot print the model config).  fairseq records the package the checkpoint was
+   trained with (cfg.common.user_dir): a checkpoint of this plugin's models (its configuration
+   has the plugin's model options) whose architecture nothing registers is refused as it is read,
+   naming the architecture and the package to pass (fairseq-monoattn-score and -plot-attention
+   check every checkpoint they read; fairseq-generate once the plugin's task is set up, since a
+   process that loads no package of the checkpoint's never runs the plugin's code).  Other
+   checkpoints load as fairseq loads them.
 """
 
+import argparse
 import functools
 import logging
 import os
 import shutil
+from typing import Mapping
 
 import numpy as np
 import torch
+from fairseq import checkpoint_utils
 from fairseq import utils as fairseq_utils
 from fairseq.data import data_utils
 from fairseq.file_io import PathManager
@@ -60,7 +82,7 @@ from fairseq.logging import progress_bar
 
 from .allocator import keep_freed_memory
 from .checkpoint_classes import allow_fairseq_checkpoints
-from .errors import install_excepthook
+from .errors import PluginError, install_excepthook
 from .files import atomic_output
 
 logger = logging.getLogger(__name__)
@@ -206,11 +228,95 @@ def foreach_grad_norm():
     fairseq_utils.clip_grad_norm_ = clip_grad_norm_
 
 
+def plugin_architecture(model_cfg) -> bool:
+    """Whether a model configuration names an architecture of this plugin."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    model = ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None
+    return model is not None and model.__module__.startswith(__package__ + ".")
+
+
+def plain_model_config_in_checkpoints():
+    from fairseq.trainer import Trainer
+
+    original = Trainer.state_dict
+    if getattr(original, "plain_model_config", False):
+        return
+
+    @functools.wraps(original)
+    def state_dict(self):
+        """fairseq's checkpoint state; a Namespace configuring one of this plugin's models as a dict."""
+        state = original(self)
+        cfg = state.get("cfg")
+        model = cfg.get("model") if isinstance(cfg, dict) else None
+        if isinstance(model, argparse.Namespace) and plugin_architecture(model):
+            state["cfg"] = dict(cfg, model=dict(vars(model)))
+        return state
+
+    state_dict.plain_model_config = True
+    Trainer.state_dict = state_dict
+
+
+# options every model of this plugin records in its checkpoints (GRU and Transformer alike)
+PLUGIN_MODEL_OPTIONS = ("location_attention", "attention_scoring", "step_activation")
+
+
+class UnregisteredArchitecture(PluginError, KeyError):
+    """A checkpoint of this plugin's models whose architecture no imported package registers."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
+def _field(section, name):
+    return section.get(name) if isinstance(section, Mapping) else getattr(section, name, None)
+
+
+def check_architecture_registered(state, path) -> None:
+    """UnregisteredArchitecture naming ``path``'s architecture and the package (cfg.common.user_dir)
+    that registered it, where the checkpoint is one of this plugin's models and its architecture is
+    not registered now; any other checkpoint passes."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    cfg = state.get("cfg") if isinstance(state, Mapping) else None
+    if cfg is None and isinstance(state, Mapping):  # older checkpoints: one Namespace of every option
+        cfg = {"model": state.get("args"), "common": state.get("args")}
+    model = _field(cfg, "model") if cfg is not None else None
+    if model is None or not all(_field(model, key) is not None for key in PLUGIN_MODEL_OPTIONS):
+        return
+    arch = _field(model, "arch") or _field(model, "_name")
+    if not isinstance(arch, str) or arch in ARCH_MODEL_REGISTRY or arch in MODEL_REGISTRY:
+        return
+    user_dir = _field(_field(cfg, "common"), "user_dir")
+    if user_dir and os.path.realpath(user_dir) != os.path.dirname(os.path.realpath(__file__)):
+        where = f"from the package {user_dir} (cfg.common.user_dir): pass --user-dir {user_dir}"
+    else:
+        where = "that no package imported here registers (the checkpoint names no --user-dir of its own)"
+    raise UnregisteredArchitecture(f"{path} was trained with --arch {arch}, {where}")
+
+
+def name_unregistered_architectures():
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(original, "names_architecture", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        state = original(path, *args, **kwargs)
+        check_architecture_registered(state, path)
+        return state
+
+    load_checkpoint_to_cpu.names_architecture = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
 def apply_fixes() -> None:
     """Apply every fix of the module docstring to this process (idempotent)."""
     install_excepthook()
     keep_freed_memory()
     allow_fairseq_checkpoints()
+    name_unregistered_architectures()
     atomic_checkpoint_copies()
     foreach_grad_norm()
     keep_last_batch()

@@ -37,6 +37,7 @@ is accepted by fairseq-train, fairseq-hydra-train, fairseq-generate and the plug
 """
 
 import dataclasses
+import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
@@ -47,6 +48,22 @@ from .errors import PluginError
 
 class UnknownChoice(PluginError, ValueError):
     """A name no registry entry has; the message names the option and the known names."""
+
+
+class SettingsError(PluginError, ValueError):
+    """An entry's settings dataclass refused its values; the message names the entry and the option."""
+
+
+def positive_finite(value) -> bool:
+    """A temperature's test: > 0 and finite (0 makes the sigmoid a constant 1/2, a negative one
+    turns it around, inf gives NaN gradients once training starts)."""
+    return value > 0 and math.isfinite(value)
+
+
+# a settings field's metadata may carry a test of its values (as the model's own options do):
+# ``field(default=5.0, metadata={"help": ..., **TEMPERATURE})``; every value of the option, from
+# the command line, hydra or a preset, must pass it when the model is built
+TEMPERATURE = {"check": positive_finite, "requirement": "> 0 and finite"}
 
 
 # --- the interfaces ---------------------------------------------------------------------------
@@ -248,7 +265,10 @@ class Registry:
             value = options.get(f.name) if isinstance(options, Mapping) else getattr(options, f.name, None)
             if value is not None:
                 values[f.name] = value
-        return entry.settings(**values)
+        try:
+            return entry.settings(**values)
+        except (TypeError, ValueError, AssertionError) as error:  # a user's __post_init__ refusing a value
+            raise SettingsError(f"{self.flag} {name}: {settings_message(entry, values, error)}") from None
 
     def build(self, name: str, options: Any, **kwargs) -> nn.Module:
         """An instance of the entry ``name``: ``cls(settings, **kwargs)`` when it has settings,
@@ -256,6 +276,18 @@ class Registry:
         entry = self.entry(name)
         settings = self.settings_for(name, options)
         return entry.cls(**kwargs) if settings is None else entry.cls(settings, **kwargs)
+
+
+def settings_message(entry: Entry, values: Mapping[str, Any], error: Exception) -> str:
+    """``error`` of ``entry``'s settings as one line naming the option it is about: the first of
+    the entry's options that the message names, else every option given."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    flags = {name: "--" + name.replace("_", "-") for name in entry.option_names}
+    named = [name for name in flags if name in text or flags[name] in text]
+    if named:
+        return f"{flags[named[0]]} {values.get(named[0])!r}: {text}"
+    given = ", ".join(f"{flags[name]} {value!r}" for name, value in values.items() if name in flags)
+    return f"{entry.settings.__name__} refuses {given or 'its defaults'}: {text}"
 
 
 SCORERS = Registry("attention_scoring", "content scorer", Scorer, extra_names=("none",))

@@ -278,9 +278,14 @@ def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> d
     checkpoint = Path(checkpoint)
     if checkpoint.stat().st_size == 0:
         raise CheckpointError(f"{checkpoint}: empty file, not a checkpoint")
+    from .fairseq_compat import UnregisteredArchitecture, check_architecture_registered
+
     try:
         with reading_fairseq_checkpoints():  # a Transformer's options (checkpoint_classes.py)
             state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides)
+        check_architecture_registered(state, checkpoint)
+    except UnregisteredArchitecture as error:  # names the architecture and the package to pass
+        raise CheckpointError(str(error)) from None
     except Exception as error:  # torch's unpickler raises many kinds for a damaged file
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(

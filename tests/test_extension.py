@@ -4,8 +4,11 @@ fairseq-generate, fairseq-monoattn-score, -compare and -run accept them through 
 from a folder outside the repository with the plugin installed as a package."""
 
 import json
+import os
 import shlex
 import shutil
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -46,6 +49,35 @@ def test_the_extension_registers_entries_options_and_presets(extension):
     attention = model.decoder.attention
     assert type(attention.location.step).__name__ == "TanhStep" and attention.location.step.scale == 2.0
     assert type(attention.scorer).__name__ == "AdditiveScores" and attention.scorer.v.in_features == 8
+
+
+REGISTERED = """
+import sys
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
+print(sorted({"gru_tanh_onestep", "gru_monoattn", "transformer_monoattn"} & set(ARCH_MODEL_REGISTRY)),
+      "length_generalization" in TASK_REGISTRY, sys.excepthook.__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    "first_import",
+    ["import attention_extras", "from fairseq_monoattn.models.gru_seq2seq import register_preset"],
+    ids=["the-users-package", "the-plugins-model-module"],
+)
+def test_the_docs_package_pattern_imports_in_a_plain_python_process(first_import):
+    """Before, a package importing fairseq_monoattn's modules (docs/extending.md) was a circular
+    ImportError in a process that had not imported fairseq first (a test script, a notebook).
+    The import registers the components and leaves Python's own excepthook in place."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join([str(EXTENSION.parent), str(REPO)])
+    done = subprocess.run(
+        [sys.executable, "-c", first_import + "\n" + REGISTERED], capture_output=True, text=True, env=env, cwd=EXTENSION
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    registered = ["gru_monoattn", "gru_tanh_onestep", "transformer_monoattn"] if "extras" in first_import else [
+        "gru_monoattn", "transformer_monoattn"]  # fmt: skip
+    assert done.stdout.split("\n")[-2] == f"{registered} True excepthook", done.stdout
 
 
 def test_the_new_step_computes_its_equation(extension):

@@ -65,7 +65,9 @@ def test_failure_while_writing_keeps_the_old_folder(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(writer, "binarize", broken)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(
+        DataError, match=f"^{out}/bin/train.src-tgt.src.bin: cannot write it: disk full; --out was left"
+    ):
         write_dataset(tiny_splits(), out, "toy", 4, force=True)
     assert folder_snapshot(out) == before
     assert leftovers(tmp_path, out) == []

@@ -271,6 +271,7 @@ def check_train_options(
 
     from ..models.options import OptionError, check_options, explicit_options
     from ..recipes import recipe_options
+    from ..registry import SettingsError
 
     stderr = io.StringIO()
     try:
@@ -285,7 +286,7 @@ def check_train_options(
         parser.error(f"--variant {name}: {reason}")
     try:
         check_options(explicit_options(options))
-    except OptionError as error:
+    except (OptionError, SettingsError) as error:
         parser.error(f"--variant {name}: {error}")
 
 

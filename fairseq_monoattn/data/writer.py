@@ -23,6 +23,7 @@ import re
 import shutil
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
@@ -113,6 +114,24 @@ def make_dictionary(entries: List[Tuple[str, int]]):
 # --- writing ----------------------------------------------------------------------------
 
 
+class WriteFailed(Exception):
+    """An OSError (a full disk, a file size limit) while ``path`` was written."""
+
+    def __init__(self, path: Path, error: OSError):
+        super().__init__(str(error))
+        self.path = Path(error.filename) if error.filename and Path(error.filename).parent == path.parent else path
+        self.reason = error.strerror or str(error) or type(error).__name__
+
+
+@contextmanager
+def writing(path: Path):
+    """Name ``path`` in an OSError raised while it is written (WriteFailed)."""
+    try:
+        yield path
+    except OSError as error:
+        raise WriteFailed(path, error) from error
+
+
 def write_lines(path: Path, lines: Iterable[str]) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for line in lines:
@@ -174,17 +193,22 @@ def write_contents(splits: Splits, folder: Path, task: str, seed: int, joined_di
         by_split = {split: sides[lang] for split, sides in lines.items()}
         entries, not_in_train = joined if joined_dictionary else dictionary_entries(by_split)
         dictionary = make_dictionary(entries)
-        dictionary.save(str(folder / "bin" / f"dict.{lang}.txt"))
+        with writing(folder / "bin" / f"dict.{lang}.txt") as path:
+            dictionary.save(str(path))
         manifest["dictionaries"][lang] = {"size": len(dictionary), "not_in_train": not_in_train}
         for split, split_text in by_split.items():
-            binarize(split_text, dictionary, folder / "bin" / f"{split}.src-tgt.{lang}")
+            prefix = folder / "bin" / f"{split}.src-tgt.{lang}"
+            with writing(prefix.with_name(prefix.name + ".bin")):  # then its .idx, named where it fails
+                binarize(split_text, dictionary, prefix)
     for split, sides in lines.items():
         manifest["splits"][split] = split_statistics(splits[split], sides)
         for lang in LANGUAGES:
             raw_path = folder / "raw" / f"{split}.{lang}"
-            write_lines(raw_path, sides[lang])
+            with writing(raw_path):
+                write_lines(raw_path, sides[lang])
             manifest["raw_sha256"][f"raw/{split}.{lang}"] = sha256(raw_path)
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    with writing(folder / "manifest.json") as path:
+        path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
 
@@ -215,16 +239,23 @@ def move_into_place(staging: Path, out: Path, force: bool) -> None:
 def write_dataset(
     splits: Splits, out: Path, task: str, seed: int, force: bool = False, joined_dictionary: bool = False
 ) -> dict:
-    """Write one task's splits to `out` atomically; return the manifest."""
+    """Write one task's splits to `out` atomically; return the manifest.  A write that fails (a
+    full disk) is a DataError naming the file and the cause; `out` is then left as it was."""
     out = Path(out).absolute()
     check_out_folder(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = sibling(out, "new")
-    staging.mkdir()
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
         manifest = write_contents(splits, staging, task, seed, joined_dictionary)
         move_into_place(staging, out, force)
+    except WriteFailed as failure:  # the file as it would have been named in --out
+        shown = out / failure.path.relative_to(staging)
+        raise DataError(f"cannot write it: {failure.reason}; --out was left as it was", shown) from None
+    except OSError as error:  # making the folders, moving the new one into place
+        reason = error.strerror or str(error)
+        raise DataError(f"cannot write it: {reason} ({error.filename}); --out was left as it was", out) from None
     finally:
         if staging.exists():
-            shutil.rmtree(staging)
+            shutil.rmtree(staging, ignore_errors=True)
     return manifest

@@ -49,6 +49,7 @@ from .options import (
     EMBEDDING_INITS,
     add_option_arguments,
     check_options,
+    check_preset,
     option_defaults,
     option_fields,
     parse_bool,
@@ -643,6 +644,7 @@ def register_preset(name: str, options: Mapping[str, Any]) -> None:
     unknown = sorted(set(options) - set(option_fields()))
     if unknown:
         raise ValueError(f"preset {name!r}: unknown options {', '.join(unknown)}")
+    check_preset(name, options)  # OptionError naming the preset, the option and the known names
 
     @register_model_architecture(MODEL_NAME, name)
     def architecture(cfg):

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from .. import modules  # noqa: F401  (registers the plugin's own attention entries)
-from ..errors import PluginError
+from ..errors import PluginError, install_excepthook
 from ..limits import NO_LENGTH_LIMIT
 from ..modules.cross_attention import LINEAR_INITS, LOCATION_HEAD_INITS, POSITION_REFERENCES, SCORER_INITS, VALUE_PATHS
-from ..registry import ENTRY_OPTIONS, REGISTRIES, RESERVED_OPTIONS, entry_options_read
+from ..registry import ENTRY_OPTIONS, REGISTRIES, RESERVED_OPTIONS, TEMPERATURE, entry_options_read
 
 EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
 DECODER_STARTS = ("eos", "bos")
@@ -161,7 +161,7 @@ class GRUSeq2SeqOptions:
     )
     sigma_min: float = option(0.27, "minimum width of the location focus", check=positive, requirement="> 0")
     clamp_slope: float = option(0.01, "leaky slope of the centre clamp", check=non_negative, requirement=">= 0")
-    mix_temperature: float = option(5.0, "beta in the content/location mix")
+    mix_temperature: float = option(5.0, "beta in the content/location mix", **TEMPERATURE)
     attention_query_bias: bool = option(
         True, "the content query q = W_q h + b_q has a trainable bias (False: none, as the authors' release)"
     )
@@ -171,7 +171,7 @@ class GRUSeq2SeqOptions:
         "release (two: the same function, trained differently)",
         choices=VALUE_PATHS,
     )
-    direction_temperature: float = option(5.0, "beta in the direction gate")
+    direction_temperature: float = option(5.0, "beta in the direction gate", **TEMPERATURE)
     direction_gate_hard: bool = option(
         False, "the direction gate's forward pass uses g rounded to 0 or 1 (straight-through: the soft g's gradient)"
     )
@@ -230,7 +230,8 @@ def valid_choices(name: str) -> Optional[List[str]]:
 
 def check_options(values: Mapping[str, Any]) -> None:
     """Raise OptionError naming the first option whose value is not allowed (an unknown name of a
-    choice, a value out of range); options ``values`` lacks are not checked."""
+    choice, a value out of range), or SettingsError where a chosen entry's settings dataclass
+    refuses its values; options ``values`` lacks are not checked."""
     for name, f in option_fields().items():
         value = values.get(name)
         if value is None:  # unset, or an optional size left to its rule
@@ -242,6 +243,21 @@ def check_options(values: Mapping[str, Any]) -> None:
         check = f.metadata.get("check")
         if check is not None and not check(value):
             raise OptionError(f"{flag} must be {f.metadata['requirement']}, got {value!r}")
+    for option_name, registry in REGISTRIES.items():  # the chosen entries' own tests of their settings
+        if values.get(option_name) in registry.entries:
+            registry.settings_for(values[option_name], values)  # SettingsError names the entry and option
+
+
+def check_preset(name: str, values: Mapping[str, Any]) -> None:
+    """``check_options`` of a preset's values when it is registered (an unknown entry name, a value
+    out of range would otherwise wait until the preset is used); the error names the preset.  A
+    package registering a preset uses the plugin, so a refusal installs the plugin's one-line error
+    hook first: under fairseq's commands (``--user-dir`` imports the package) the error is one line."""
+    try:
+        check_options(values)
+    except PluginError as error:  # OptionError, or an entry's SettingsError
+        install_excepthook()
+        raise OptionError(f"preset {name!r}: {error}") from None
 
 
 def resolved_options(values: Mapping[str, Any]) -> Dict[str, Any]:

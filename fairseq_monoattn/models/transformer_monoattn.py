@@ -36,14 +36,16 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
+from omegaconf import OmegaConf
 from torch import nn
 
 from ..dictionaries import carry_dictionaries
 from ..errors import install_excepthook
+from ..fairseq_compat import plain_model_config_in_checkpoints
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..training_notes import note_sorted_batches
 from .gru_seq2seq import build_cross_attention
-from .options import add_option_arguments, option_defaults, parse_bool
+from .options import OptionError, add_option_arguments, check_options, check_preset, option_defaults, parse_bool
 
 MODEL_NAME = "transformer_location"
 STATE_PREFIX = "location."  # the location state's entries among a layer's incremental state
@@ -311,7 +313,11 @@ class TransformerMonoAttnModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         install_excepthook()  # the plugin's errors, from here on: one line, not a traceback
+        plain_model_config_in_checkpoints()  # checkpoints load without the plugin (fairseq_compat.py, 7.)
+        if OmegaConf.is_config(args):  # a checkpoint's configuration, stored as a dict
+            args = Namespace(**OmegaConf.to_container(args, resolve=True))  # fairseq's Transformer reads a Namespace
         location_defaults(args)
+        check_options({name: getattr(args, name) for name in attention_options()})  # OptionError names it
         model = super().build_model(args, task)
         install_location_attention(model.decoder, args)
         carry_dictionaries(model, task)  # a checkpoint on other data is refused
@@ -405,6 +411,12 @@ def transformer_location(args):
 
 
 def _register(name: str, values: Dict[str, Any]) -> None:
+    check_preset(name, {key: value for key, value in values.items() if key in attention_options()})
+    for key, known in (("location_layers", LOCATION_LAYERS), ("direction_gate_summary", GATE_SUMMARIES)):
+        if key in values and values[key] not in known:
+            raise OptionError(f"preset {name!r}: --{key.replace('_', '-')} must be one of {', '.join(known)}, "
+                              f"got {values[key]!r}")  # fmt: skip
+
     @register_model_architecture(MODEL_NAME, name)
     def architecture(args):
         for key, value in values.items():

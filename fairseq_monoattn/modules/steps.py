@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import StepActivation, register_step_activation
+from ..registry import TEMPERATURE, StepActivation, register_step_activation
 
 
 def softstair(x: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -26,7 +26,7 @@ def softstair(x: torch.Tensor, temperature: float) -> torch.Tensor:
 
 @dataclass
 class SigmoidStepSettings:
-    step_temperature: float = field(default=5.0, metadata={"help": "T in sigmoid(T * rho) steps"})
+    step_temperature: float = field(default=5.0, metadata={"help": "T in sigmoid(T * rho) steps", **TEMPERATURE})
 
 
 @dataclass
@@ -36,7 +36,7 @@ class MonoStepSettings(SigmoidStepSettings):
 
 @dataclass
 class SoftstairStepSettings:
-    softstair_temperature: float = field(default=20.0, metadata={"help": "softstair temperature tau"})
+    softstair_temperature: float = field(default=20.0, metadata={"help": "softstair temperature tau", **TEMPERATURE})
 
 
 @register_step_activation("sigmoid", settings=SigmoidStepSettings)

@@ -127,19 +127,73 @@ class LengthGeneralizationConfig(TranslationConfig):
     valid_subset: str = II("dataset.valid_subset")
     best_checkpoint_metric: str = II("checkpoint.best_checkpoint_metric")
     maximize_best_checkpoint_metric: bool = II("checkpoint.maximize_best_checkpoint_metric")
+    # read to refuse a precision this machine cannot train in (check_precision)
+    fp16: bool = II("common.fp16")
+    bf16: bool = II("common.bf16")
+    cpu: bool = II("common.cpu")
+    tpu: bool = II("common.tpu")
+
+
+class TaskOptionError(PluginError, ValueError):
+    """Task options that cannot work together or on this machine; the message names the option."""
+
+
+def _common_flag(cfg, name: str) -> bool:
+    """cfg.NAME, a task config field read from common.NAME; False where no common config resolves it."""
+    try:
+        return bool(getattr(cfg, name, False))
+    except Exception:  # a task config without its parent (omegaconf cannot resolve the interpolation)
+        return False
+
+
+def check_precision(cfg: LengthGeneralizationConfig) -> None:
+    """Refuse a half precision fairseq cannot train in here, before any work: --fp16 without a CUDA
+    device, fairseq's FP16Optimizer failing once training starts ('Torch not compiled with CUDA');
+    --bf16 on a TPU (fairseq-train's --bf16 implies --tpu) without torch_xla, the trainer failing
+    ('NoneType' object has no attribute 'xla_device').  bfloat16 without --tpu (hydra's
+    common.bf16=true) trains on the CPU and is left alone."""
+    import torch
+    from fairseq import utils as fairseq_utils
+
+    no_cuda = "--cpu was given" if _common_flag(cfg, "cpu") else "torch has no CUDA device here"
+    has_cuda = torch.cuda.is_available() and not _common_flag(cfg, "cpu")
+    if _common_flag(cfg, "fp16") and not has_cuda:
+        raise TaskOptionError(f"--fp16: fairseq trains in float16 on a CUDA device only, and {no_cuda}; drop --fp16")
+    if _common_flag(cfg, "bf16") and _common_flag(cfg, "tpu") and getattr(fairseq_utils, "xm", None) is None:
+        raise TaskOptionError(
+            "--bf16: fairseq-train's --bf16 implies --tpu, a TPU through torch_xla, which is not installed here; "
+            "drop --bf16"
+        )
+
+
+def check_model_name(model_cfg) -> None:
+    """A model config naming no registered model or architecture (a misspelt hydra ``model._name``)
+    is refused naming it and the close matches; fairseq would fail formatting its own message
+    (KeyError "'_name'")."""
+    import difflib
+
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    name = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
+    if not isinstance(name, str) or name in ARCH_MODEL_REGISTRY or name in MODEL_REGISTRY:
+        return
+    option = "model._name" if getattr(model_cfg, "_name", None) else "--arch"
+    close = difflib.get_close_matches(name, [*ARCH_MODEL_REGISTRY, *MODEL_REGISTRY], n=5, cutoff=0.75)
+    known = f"close matches: {', '.join(close)}" if close else "fairseq-train --help lists the architectures"
+    raise TaskOptionError(f"{option}={name}: no model or preset of that name is registered; {known}")
 
 
 def check_checkpoint_metric(cfg: LengthGeneralizationConfig):
     """Fail early on settings fairseq would only trip over (or silently get wrong) later."""
     metric = cfg.best_checkpoint_metric
     if metric in ("accuracy", "edit_distance") and not cfg.eval_accuracy:
-        raise ValueError(f"--best-checkpoint-metric {metric} needs --eval-accuracy")
+        raise TaskOptionError(f"--best-checkpoint-metric {metric} needs --eval-accuracy")
     if metric in MAXIMIZED and not cfg.maximize_best_checkpoint_metric:
-        raise ValueError(f"--best-checkpoint-metric {metric} needs --maximize-best-checkpoint-metric")
+        raise TaskOptionError(f"--best-checkpoint-metric {metric} needs --maximize-best-checkpoint-metric")
     if metric in MINIMIZED and cfg.maximize_best_checkpoint_metric is True:
-        raise ValueError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
+        raise TaskOptionError(f"--best-checkpoint-metric {metric} is minimised: drop --maximize-best-checkpoint-metric")
     if cfg.stop_after_perfect and metric != "accuracy":
-        raise ValueError(
+        raise TaskOptionError(
             "--stop-after-perfect watches greedy valid accuracy: it needs --eval-accuracy and "
             "--best-checkpoint-metric accuracy"
         )
@@ -243,16 +297,20 @@ class LengthGeneralizationTask(TranslationTask):
     @classmethod
     def setup_task(cls, cfg: LengthGeneralizationConfig, **kwargs):
         # choosing this task chooses the plugin's fixes to fairseq (they hold for the process:
-        # fairseq looks the functions up globally); importing the plugin applies none
+        # fairseq looks the functions up globally, and the plugin's errors print as one line from
+        # here on); importing the plugin applies none
         from ..fairseq_compat import apply_fixes
 
         apply_fixes()
+        if not kwargs.get("from_checkpoint"):  # a checkpoint trained in float16 on a GPU still loads here
+            check_precision(cfg)
         check_checkpoint_metric(cfg)
         if cfg.stop_after_perfect:
             stop_after_perfect_validations()
         return super().setup_task(cfg, **kwargs)
 
     def build_model(self, cfg, from_checkpoint=False):
+        check_model_name(cfg)
         model = super().build_model(cfg, from_checkpoint)
         if not from_checkpoint:
             warn_about_training(self.cfg, cfg)
