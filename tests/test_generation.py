@@ -241,3 +241,30 @@ def test_decoding_in_float64_leaves_the_weights_as_they_were():
     assert list(model.parameters()) == parameters  # the same objects (an optimizer's)
     after = model.state_dict()
     assert all(after[name].dtype == before[name].dtype and torch.equal(after[name], before[name]) for name in before)
+
+
+@pytest.mark.parametrize("arch", EVERY_PRESET)
+def test_fairseqs_generator_decodes_each_row_of_a_shrinking_batch_as_alone(arch, monkeypatch):
+    """The models' state under fairseq's own SequenceGenerator (what --task translation decodes
+    with): sentences end at different steps, fairseq drops them from the batch and reorders the
+    decoder's state and the encoder's output with a shorter new_order; every row still gets the
+    hypotheses and scores it gets decoded alone (float64, fairseq's attention softmax taken in
+    float64 too: its float32 one alone moves a Transformer's logits by 1e-7 between batches)."""
+    import fairseq.utils
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(fairseq.utils, "softmax", lambda x, dim, onnx_trace=False: F.softmax(x, dim=dim))
+    model = build(arch, D, seed=6).double()
+    raise_eos_with_position(model)
+    sources = SOURCES
+    for beam in (1, 5):
+        generator = SequenceGenerator([model], D, beam_size=beam, max_len_b=LIMIT, min_len=0)
+        together = generator.generate([model], batch(D, sources))
+        lengths = set()
+        for i, source in enumerate(sources):
+            alone = generator.generate([model], batch(D, [source]))[0]
+            for a, b in zip(alone, together[i]):
+                assert torch.equal(a["tokens"], b["tokens"]), (arch, beam, i)
+                assert torch.allclose(a["positional_scores"], b["positional_scores"], rtol=0, atol=1e-6), (beam, i)
+            lengths.add(len(together[i][0]["tokens"]))
+        assert len(lengths) >= 2, (beam, lengths)  # rows left the batch before others
