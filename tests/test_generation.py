@@ -268,3 +268,22 @@ def test_fairseqs_generator_decodes_each_row_of_a_shrinking_batch_as_alone(arch,
                 assert torch.allclose(a["positional_scores"], b["positional_scores"], rtol=0, atol=1e-6), (beam, i)
             lengths.add(len(together[i][0]["tokens"]))
         assert len(lengths) >= 2, (beam, lengths)  # rows left the batch before others
+
+
+@pytest.mark.parametrize("arch", ["gru_onestep", "gru_content", "transformer_monoattn"])
+def test_with_length_normalisation_the_answer_scores_at_least_fairseqs(arch, monkeypatch):
+    """--lenpen 1: the search follows fairseq's (the same candidates end and go on) and ends no
+    earlier, so its finished hypotheses include fairseq's and its best normalised score is at least
+    fairseq's, example by example (float64, fairseq's attention softmax in float64 too)."""
+    import fairseq.utils
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(fairseq.utils, "softmax", lambda x, dim, onnx_trace=False: F.softmax(x, dim=dim))
+    model = build(arch, D, seed=6).double()
+    raise_eos_with_position(model, start=-1.0, slope=0.3)  # </s> often among the beam's candidates
+    sample = batch(D, SOURCES)
+    fairseqs = SequenceGenerator([model], D, beam_size=5, max_len_b=LIMIT, min_len=0).generate([model], sample)
+    ours = task_generator([model], beam=5, lenpen=1.0).generate([model], sample)
+    theirs = torch.tensor([float(h[0]["score"]) for h in fairseqs])
+    found = torch.tensor([float(h[0]["score"]) for h in ours])
+    assert bool((found >= theirs - 1e-6).all()), (found - theirs).min()
