@@ -40,8 +40,7 @@ import torch
 from fairseq import utils
 
 from .errors import PluginError
-
-PRECISIONS = {"float64": torch.float64, "float32": torch.float32}
+from .scoring import PRECISIONS  # the scorer's float types: one definition for both
 
 
 class GenerationOptionError(PluginError, ValueError):
