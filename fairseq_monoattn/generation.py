@@ -11,13 +11,16 @@ Two things differ from fairseq's SequenceGenerator, each for a wrong number it g
   no unfinished hypothesis can still end more probable than its ``nbest``-th most probable finished
   one: log-probabilities only fall as a hypothesis grows, so once the best unfinished one scores no
   more than that finished one, none can overtake it.  Under ``--lenpen 0`` this is exact (the
-  search stops only when its answer can no longer change); with length normalisation (fairseq's
-  default ``--lenpen 1``) the rule still compares unnormalised log-probabilities, and the finished
-  hypotheses are then ranked by fairseq's normalised score, log p / length ** lenpen.  (A rule on
-  the normalised scores would have to let a hypothesis run to the length limit whenever a longer
-  ending could still raise its average, and beam 1 would no longer be greedy decoding.)  As in
-  fairseq, a hypothesis ends when ``</s>`` is among the ``beam`` best candidates of its sentence's
-  step, so beam 1 is greedy decoding, token for token.
+  search stops only when its answer can no longer change).  With length normalisation (fairseq's
+  default ``--lenpen 1``) the finished hypotheses are ranked by fairseq's normalised score,
+  log p / length ** lenpen, and a sentence also goes on until ``beam`` of its hypotheses ended, as
+  fairseq's does: a hypothesis ends when ``</s>`` is among the ``beam`` best candidates of its
+  sentence's step and the ``beam`` best other candidates go on, as in fairseq, so the search
+  follows fairseq's while both run and ends no earlier.  Its finished hypotheses include
+  fairseq's, and its answer scores at least fairseq's.  (A rule on the normalised scores alone
+  would have to let a hypothesis run to the length limit whenever a longer ending could still
+  raise its average, and beam 1 would no longer be greedy decoding.)  Beam 1 is greedy decoding,
+  token for token.
 * **What an output depends on.**  The models decode in float64 (``precision``, the scorer's
   default; fairseq-monoattn-score, :mod:`~fairseq_monoattn.scoring`), where float32's rounding
   (which depends on the batch an example is decoded in) could flip a near-tied argmax; and the
@@ -37,8 +40,7 @@ import torch
 from fairseq import utils
 
 from .errors import PluginError
-
-PRECISIONS = {"float64": torch.float64, "float32": torch.float32}
+from .scoring import PRECISIONS  # the scorer's float types: one definition for both
 
 
 class GenerationOptionError(PluginError, ValueError):
@@ -77,12 +79,13 @@ class Finished:
     """A sentence's ended hypotheses: the ``nbest`` best by normalised score (the output) and the
     ``nbest`` highest log-probabilities (the stopping rule)."""
 
-    def __init__(self, nbest: int):
-        self.nbest = nbest
+    def __init__(self, nbest: int, at_least: int = 0):
+        self.nbest, self.at_least, self.count = nbest, at_least, 0
         self.hypotheses: List[Dict[str, object]] = []
         self.log_probs: List[float] = []
 
     def add(self, hypothesis: Dict[str, object], log_prob: float) -> None:
+        self.count += 1
         self.hypotheses.append(hypothesis)
         self.hypotheses.sort(key=lambda h: -float(h["score"]))
         del self.hypotheses[self.nbest :]
@@ -90,8 +93,10 @@ class Finished:
 
     def settled(self, best_unfinished: float) -> bool:
         """No unfinished hypothesis, whose log-probability can only fall, can end above the
-        ``nbest``-th most probable finished one."""
-        return len(self.log_probs) >= self.nbest and self.log_probs[-1] >= best_unfinished
+        ``nbest``-th most probable finished one, and ``at_least`` hypotheses have ended."""
+        return (
+            self.count >= self.at_least and len(self.log_probs) >= self.nbest and self.log_probs[-1] >= best_unfinished
+        )
 
 
 class BeamSearch:
@@ -171,7 +176,9 @@ class BeamSearch:
         attention = None
         sentences = list(range(batch))  # the batch's examples still searching, in row order
         limit_of_row = torch.tensor(limits, device=device).repeat_interleave(beam)
-        finished = [Finished(self.nbest) for _ in range(batch)]
+        # with length normalisation, at least as many ended hypotheses as fairseq's search keeps
+        at_least = beam if self.len_penalty != 0 else 0
+        finished = [Finished(self.nbest, at_least) for _ in range(batch)]
         for step in range(longest + 1):
             lprobs, attn = model.forward_decoder(
                 tokens[:, : step + 1], encoder_outs, incremental_states, self.temperature

@@ -241,3 +241,49 @@ def test_decoding_in_float64_leaves_the_weights_as_they_were():
     assert list(model.parameters()) == parameters  # the same objects (an optimizer's)
     after = model.state_dict()
     assert all(after[name].dtype == before[name].dtype and torch.equal(after[name], before[name]) for name in before)
+
+
+@pytest.mark.parametrize("arch", EVERY_PRESET)
+def test_fairseqs_generator_decodes_each_row_of_a_shrinking_batch_as_alone(arch, monkeypatch):
+    """The models' state under fairseq's own SequenceGenerator (what --task translation decodes
+    with): sentences end at different steps, fairseq drops them from the batch and reorders the
+    decoder's state and the encoder's output with a shorter new_order; every row still gets the
+    hypotheses and scores it gets decoded alone (float64, fairseq's attention softmax taken in
+    float64 too: its float32 one alone moves a Transformer's logits by 1e-7 between batches)."""
+    import fairseq.utils
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(fairseq.utils, "softmax", lambda x, dim, onnx_trace=False: F.softmax(x, dim=dim))
+    model = build(arch, D, seed=6).double()
+    raise_eos_with_position(model)
+    sources = SOURCES
+    for beam in (1, 5):
+        generator = SequenceGenerator([model], D, beam_size=beam, max_len_b=LIMIT, min_len=0)
+        together = generator.generate([model], batch(D, sources))
+        lengths = set()
+        for i, source in enumerate(sources):
+            alone = generator.generate([model], batch(D, [source]))[0]
+            for a, b in zip(alone, together[i]):
+                assert torch.equal(a["tokens"], b["tokens"]), (arch, beam, i)
+                assert torch.allclose(a["positional_scores"], b["positional_scores"], rtol=0, atol=1e-6), (beam, i)
+            lengths.add(len(together[i][0]["tokens"]))
+        assert len(lengths) >= 2, (beam, lengths)  # rows left the batch before others
+
+
+@pytest.mark.parametrize("arch", ["gru_onestep", "gru_content", "transformer_monoattn"])
+def test_with_length_normalisation_the_answer_scores_at_least_fairseqs(arch, monkeypatch):
+    """--lenpen 1: the search follows fairseq's (the same candidates end and go on) and ends no
+    earlier, so its finished hypotheses include fairseq's and its best normalised score is at least
+    fairseq's, example by example (float64, fairseq's attention softmax in float64 too)."""
+    import fairseq.utils
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(fairseq.utils, "softmax", lambda x, dim, onnx_trace=False: F.softmax(x, dim=dim))
+    model = build(arch, D, seed=6).double()
+    raise_eos_with_position(model, start=-1.0, slope=0.3)  # </s> often among the beam's candidates
+    sample = batch(D, SOURCES)
+    fairseqs = SequenceGenerator([model], D, beam_size=5, max_len_b=LIMIT, min_len=0).generate([model], sample)
+    ours = task_generator([model], beam=5, lenpen=1.0).generate([model], sample)
+    theirs = torch.tensor([float(h[0]["score"]) for h in fairseqs])
+    found = torch.tensor([float(h[0]["score"]) for h in ours])
+    assert bool((found >= theirs - 1e-6).all()), (found - theirs).min()
