@@ -42,7 +42,7 @@ fairseq's own functions):
 6. fairseq's gradient clipping (``--clip-norm``, ``utils.clip_grad_norm_``) takes the norm of
    each gradient in a Python loop, about 20 us a parameter on the CPU: 0.66 ms an update for
    the 28 parameters of ``gru_monoattn``, where ``torch._foreach_norm`` (the same per-tensor
-   norm kernel on the CPU, so the same total norm bit for bit) takes the clipping to 0.28 ms.
+   norms, so the same total norm to float rounding) takes the clipping to 0.28 ms.
    Gradients on the CPU take the ``_foreach`` path; elsewhere fairseq's own code runs.
 
 7. A model configured by argparse options alone (fairseq's legacy Transformer, so this plugin's

@@ -8,7 +8,7 @@
 //   pa_t = sum_i a_ti norm(i) (or of lambda_t: the location reference), the next step's reference
 //
 // Forward makes the operations of the per-step nodes (step_nodes.cpp) and of the Python decoder in
-// their order, so h_t and a_t are theirs bit for bit.  Backward goes through the steps in reverse
+// their order, so h_t and a_t are theirs to float rounding.  Backward goes through the steps in reverse
 // with the same step parts (step_parts.h) and takes the gradients of what every step read (W_r, b_r,
 // W_c, V, K) once, after the first step, as one product each over the stacked steps.  Per step the
 // per-step nodes cost some ten operator calls and six autograd nodes more; here a step is a few

@@ -5,8 +5,8 @@
 // same with about 25 microseconds more a call, forward and backward, which is much of what these
 // nodes cost on a batch of 32 rows (modules/gru.py, normalizations.py and step_linear.py hold the
 // Python versions and say which runs when).  Forward makes the Python versions' operations with
-// torch's own kernels, so its outputs are theirs bit for bit, except the location focus (see
-// there); the backward passes are plain loops.  The step parts are plain functions (step_parts.h),
+// torch's own kernels, so its outputs are theirs to float rounding (the location focus uses the C
+// library's exp, see there); the backward passes are plain loops.  The step parts are plain functions (step_parts.h),
 // which decoder_loop.cpp also runs.
 
 #include "kernels.h"

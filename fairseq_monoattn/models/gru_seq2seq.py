@@ -518,7 +518,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
     def compiled_steps(self, input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory):
         """``steps`` of a training pass (from the first step, pa_0 = 0; one layer) as one C++ autograd
         node for the whole time loop (csrc/decoder_loop.cpp; the same function as ``steps`` with the
-        C++ step nodes: h_t and the attention bit for bit, the gradients to float rounding), or None
+        C++ step nodes to float rounding: h_t, the attention and the gradients), or None
         where it does not apply: no C++ kernels, another device or precision, more layers, or an
         attention entry without a C++ form (``CrossAttention.loop_form``)."""
         form = self.attention.loop_form() if self.num_layers == 1 else None

@@ -21,10 +21,9 @@ stands in for, with fewer operator calls and no Python in its backward pass:
                                                content scorer and location entries, one layer)
 
 They run on CPU tensors of float32 or float64 outside autocast; other devices and precisions run
-the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Forward outputs are the
-Python code's bit for bit (the location focus and the mix, computed in row loops with the C
-library's exp: to float rounding); gradients agree to float rounding (tests/test_modules.py,
-tests/test_decoder_loop.py).
+the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Outputs and gradients
+are the Python code's to float rounding (another order of the same operations, and the C library's
+exp in the location focus and the mix; tests/test_modules.py, tests/test_decoder_loop.py).
 """
 
 import os

@@ -5,8 +5,9 @@ look-ups for each, 0.57 ms an update for MonoAttn's 28 parameters on one idle CP
 same arithmetic on lists of tensors makes each operation one call over all parameters. Every
 operation is the one fairseq applies to each parameter, with the same operands in the same
 order. On the CPU, where a ``_foreach`` operation runs torch's per-tensor kernel on each tensor,
-the parameters and the optimizer state come out bit for bit the same (the tests compare them
-step by step); on a GPU torch's multi-tensor kernels compute the same formulas (not run here).
+the parameters and the optimizer state come out the same to float rounding (the tests compare
+them step by step; bit for bit where the vector kernels round as the loop does); on a GPU
+torch's multi-tensor kernels compute the same formulas (not run here).
 Checkpoints hold the same state dict either way::
 
     m ← β₁·m + (1 − β₁)·g

@@ -10,7 +10,7 @@ options) with defaults that never drop long examples and greedy exact-match vali
   way) makes batches of similar length whose contents stay fixed from epoch to epoch (only
   their order changes).
 * fairseq's ``--optimizer adam`` step is taken with torch's ``_foreach`` operations, all
-  parameters in one call per operation: the same numbers (bit for bit on the CPU), in less time (float32
+  parameters in one call per operation: the same numbers (to float rounding), in less time (float32
   and fairseq's plain Adam only; otherwise, or with ``--no-foreach-adam``, fairseq's own step).
 * ``--eval-accuracy`` greedy-decodes every validation batch and logs ``accuracy`` (percent
   of outputs equal to the target, EOS included) and ``edit_distance`` (mean, NLTK), both from
@@ -457,7 +457,7 @@ class LengthGeneralizationTask(TranslationTask):
         super().load_state_dict(check_task_state(self, state_dict))
 
     def optimizer_step(self, optimizer, model, update_num):
-        # fairseq's Adam, bit for bit, in one call per operation (optim/foreach_adam.py)
+        # fairseq's Adam, to float rounding, in one call per operation (optim/foreach_adam.py)
         if self.cfg.no_foreach_adam or not foreach_adam_step(optimizer):
             super().optimizer_step(optimizer, model, update_num)
 
