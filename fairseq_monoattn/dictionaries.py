@@ -68,7 +68,7 @@ def check_dictionaries(
         have = current.get(side)
         if have is None or list(have) == list(wanted):
             continue
-        raise DictionaryMismatch(side, files.get(side), first_difference(wanted, have))
+        raise DictionaryMismatch(side, files.get(side), first_difference(wanted, have), loading_checkpoint())
 
 
 def dictionary_files(task) -> Dict[str, Optional[Path]]:
@@ -123,11 +123,7 @@ class TrainedDictionaries(nn.Module):
                               error_msgs):  # fmt: skip
         # the buffers already hold the data's symbols: compare, never copy (nor report a missing key)
         trained = {side: decode_symbols(state_dict[prefix + side]) for side in SIDES if prefix + side in state_dict}
-        try:
-            check_dictionaries(trained, self.symbols(), self.files)
-        except DictionaryMismatch as mismatch:
-            mismatch.checkpoint = mismatch.checkpoint or loading_checkpoint()
-            raise
+        check_dictionaries(trained, self.symbols(), self.files)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{side}={len(names)} symbols" for side, names in self.symbols().items())

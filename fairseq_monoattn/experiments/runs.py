@@ -596,9 +596,14 @@ def parsed_model_config(command: List[str]) -> dict:
 
 def _model_and_task(cfg: dict) -> dict:
     model = cfg["model"]
-    if isinstance(model, Namespace):  # a model configured by argparse (the Transformer): its own options only
-        model = {key: value for key, value in vars(model).items() if key in _model_option_names(model.arch)}
-        model["_name"] = model.get("_name", cfg["model"].arch)
+    if isinstance(model, Namespace):
+        model = vars(model)
+    if "optimizer" in model:  # a model configured by argparse (the Transformer: every option, stored as
+        # a Namespace or, by the plugin's Transformers, as a dict; a model's own dataclass has no
+        # optimizer): its own options only
+        options = _model_option_names(model["arch"])
+        name = model.get("_name", model["arch"])
+        model = {**{key: value for key, value in model.items() if key in options}, "_name": name}
     model = {key: value for key, value in dict(model).items() if not key.startswith("max_")}
     task = cfg["task"]
     task = vars(task) if isinstance(task, Namespace) else task
