@@ -16,7 +16,8 @@ import pytest
 import torch
 from fairseq import utils
 from fairseq_cli_helpers import hypotheses, run_command, tiny_spec, with_tiny_data, write_copy_dataset
-from model_helpers import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
+
+from fairseq_monoattn.testing import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "examples" / "extension" / "attention_extras"
