@@ -39,7 +39,8 @@ from pathlib import Path
 import torch
 from fairseq import utils as fairseq_utils
 from fairseq.modules import FairseqDropout, SinusoidalPositionalEmbedding
-from model_helpers import batch, build, digit_dictionary
+
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "pinned_outputs.json"
 

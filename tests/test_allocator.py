@@ -19,7 +19,8 @@ UPDATES = r"""
 import json, resource
 import torch
 from fairseq_monoattn.allocator import keep_freed_memory
-from model_helpers import batch, build, digit_dictionary, random_digits
+from fairseq_monoattn.testing import batch, build, digit_dictionary
+from model_helpers import random_digits
 
 D = digit_dictionary()
 model = build("gru_monoattn", D, seed=1).train()

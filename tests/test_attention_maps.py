@@ -10,13 +10,12 @@ import torch
 from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_cli_helpers import train, write_copy_dataset
-from model_helpers import build, digit_dictionary
 from PIL import Image
-from rounding import rounding_tolerance
 
 from fairseq_monoattn import attention_plots
 from fairseq_monoattn.attention_maps import AttentionMapError, LoadedModel, attention_map, load_checkpoint
 from fairseq_monoattn.cli import plot_attention
+from fairseq_monoattn.testing import build, digit_dictionary, rounding_tolerance
 
 HELD_OUT = "5 2 8 8 1 0 3 9 4 6 2 7"  # length 12; training examples have 3 to 8 digits
 # the source </s> kept, so that the columns are START, tokens, </s>, END (the presets drop it;

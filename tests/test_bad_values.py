@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from fairseq_cli_helpers import TINY, write_copy_dataset
 from forked_commands import command
-from model_helpers import build
 
 from fairseq_monoattn.models import transformer_monoattn
 from fairseq_monoattn.models.gru_seq2seq import REGISTERED_PRESETS, register_preset
 from fairseq_monoattn.models.options import OptionError
 from fairseq_monoattn.models.presets import PRESETS
+from fairseq_monoattn.testing import build
 
 PLUGIN = Path(__file__).resolve().parents[1] / "fairseq_monoattn"
 TEMPERATURES = ("mix_temperature", "step_temperature", "direction_temperature")

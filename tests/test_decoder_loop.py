@@ -5,13 +5,13 @@ computes, and the decoder steps aside from it where it cannot."""
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import batch, build, digit_dictionary, random_digits
-from rounding import assert_same_up_to_rounding
+from model_helpers import random_digits
 
 from fairseq_monoattn.models.gru_seq2seq import GRUDecoder
 from fairseq_monoattn.models.presets import PRESETS
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.modules.steps import SigmoidStep, SigmoidStepSettings
+from fairseq_monoattn.testing import assert_same_up_to_rounding, batch, build, digit_dictionary
 
 pytestmark = pytest.mark.skipif(compiled.kernels is None, reason="the C++ kernels are not built")
 
@@ -59,7 +59,7 @@ def test_the_loop_node_is_the_decoders_steps(arch, dtype, monkeypatch):
     """Eval mode (no dropout) with gradients on, as a training pass without dropout: the loop's logits,
     attention and every gradient (the readout, the GRU, the values and keys, Mono's gate, the location
     heads' two maps) agree with the per-step C++ nodes' and the Python code's to float rounding
-    (tests/rounding.py: three code paths, so never bit for bit)."""
+    (fairseq_monoattn/testing.py: three code paths, so never bit for bit)."""
     dictionary = digit_dictionary()
     model = build(arch, dictionary).to(dtype).eval()
     for sample in samples(dictionary):

@@ -3,19 +3,16 @@
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
-from model_helpers import (
-    ALL_ARCHS,
-    LOCATION_ARCHS,
+from model_helpers import ALL_ARCHS, LOCATION_ARCHS, greedy_decoder_lengths, random_digits
+
+from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
+from fairseq_monoattn.testing import (
     assert_incremental_equals_full,
     assert_padding_invariant,
     batch,
     build,
     digit_dictionary,
-    greedy_decoder_lengths,
-    random_digits,
 )
-
-from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
 
 D = digit_dictionary()
 # the last one long enough for decoding to stream the attention's products (STREAMED_ROWS), the

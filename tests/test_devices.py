@@ -17,7 +17,7 @@ import functools
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
-from model_helpers import ALL_ARCHS, batch, build, digit_dictionary, random_digits
+from model_helpers import ALL_ARCHS, random_digits
 
 from fairseq_monoattn.metrics import GreedyDecoder, greedy_hypotheses
 from fairseq_monoattn.models.transformer_monoattn import (
@@ -25,6 +25,7 @@ from fairseq_monoattn.models.transformer_monoattn import (
     LocationEncoderAttention,
     LocationTransformerDecoder,
 )
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 D = digit_dictionary()
 # the GRU family and the Transformer presets (whose location layers are the plugin's code; the rest

@@ -12,7 +12,6 @@ import pytest
 import torch
 from fairseq_cli_helpers import TINY, USER_DIR, hypotheses, rebinarized, swapped, write_copy_dataset
 from forked_commands import command
-from model_helpers import batch, build, digit_dictionary
 
 from fairseq_monoattn.dictionaries import (
     DictionaryMismatch,
@@ -20,6 +19,7 @@ from fairseq_monoattn.dictionaries import (
     decode_symbols,
     encode_symbols,
 )
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 from fairseq_monoattn.training_notes import SORTED_BATCHES_HURT
 
 ARCHS = ["gru_onestep", "transformer_onestep"]  # the GRU family and the Transformer presets

@@ -4,9 +4,9 @@ average (each copy encoded otherwise, less so copy after copy)."""
 
 import pytest
 import torch
-from model_helpers import build, digit_dictionary
 
 from fairseq_monoattn.encoder_settling import settling
+from fairseq_monoattn.testing import build, digit_dictionary
 
 
 def _encoder_with_update_bias(model, bias: float):

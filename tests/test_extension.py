@@ -16,12 +16,12 @@ import pytest
 import torch
 from fairseq import utils
 from fairseq_cli_helpers import hypotheses, run_command, tiny_spec, with_tiny_data, write_copy_dataset
-from model_helpers import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
+
+from fairseq_monoattn.testing import build, digit_dictionary
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "examples" / "extension" / "attention_extras"
 D = digit_dictionary()
-SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("1234567890123456789012")]
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +86,26 @@ def test_the_new_step_computes_its_equation(extension):
     assert step(rho).tolist() == pytest.approx([0.0, 1.5, 3.0])
 
 
-@pytest.mark.parametrize("arch", ["gru_tanh_onestep", "gru_mix_additive_tanh"])
-def test_incremental_decoding_and_padding_invariance_hold_for_the_extension(extension, arch):
-    for beam in (1, 5):
-        assert_incremental_equals_full(build(arch, D, seed=3), D, SOURCES, beam)
-    assert_padding_invariant(build(arch, D, seed=4), D, SOURCES)
+def test_the_documented_tests_of_the_extension_pass_as_written(tmp_path):
+    """docs/extending.md's test of the example package with fairseq_monoattn.testing, run by
+    pytest from a file of its own: the scorer's forward_all against forward, and incremental
+    decoding (beams 1 and 5) and padding invariance for both of the package's presets."""
+    text = (REPO / "docs" / "extending.md").read_text()
+    blocks = [b for b in text.split("```python\n")[1:] if "fairseq_monoattn.testing" in b.split("```")[0]]
+    assert len(blocks) == 1
+    test_file = tmp_path / "test_users_entry.py"
+    test_file.write_text(blocks[0].split("```")[0])
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join([str(EXTENSION.parent), str(REPO)])
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "3 passed" in done.stdout, done.stdout[-3000:]
 
 
 def test_an_entry_cannot_take_a_name_or_an_option_another_has(extension):

@@ -10,10 +10,10 @@ import pytest
 import torch
 from fairseq.data import data_utils
 from fairseq.logging import progress_bar
-from rounding import assert_same_up_to_rounding
 
 import fairseq_monoattn  # noqa: F401
 from fairseq_monoattn import fairseq_compat
+from fairseq_monoattn.testing import assert_same_up_to_rounding
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -143,7 +143,7 @@ def test_checkpoint_copies_leave_the_old_file_or_the_new_one_never_a_part(tmp_pa
 def test_gradient_clipping_gives_fairseqs_norm_and_gradients(max_norm):
     """The _foreach clipping against fairseq's own loop (functools.wraps keeps it as __wrapped__),
     on gradients of the sizes a model has (a bias, a bias-free matrix, a large embedding): the same
-    norm and gradients to float rounding (two code paths, tests/rounding.py)."""
+    norm and gradients to float rounding (two code paths, fairseq_monoattn/testing.py)."""
     from fairseq import utils as fairseq_utils
 
     assert fairseq_utils.clip_grad_norm_.foreach  # what fairseq's optimizers call

@@ -369,9 +369,8 @@ def long_copy_task(long_copy):
 def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy_task, arch):
     """Decoded in float64 (the scorer's default) in batches of 1, 7 and 256, every preset gives the
     same greedy output for each of 24 length-37 inputs, and the same accuracy."""
-    from model_helpers import build
-
     from fairseq_monoattn.scoring import score_split
+    from fairseq_monoattn.testing import build
 
     task = long_copy_task
     model = build(arch, task.target_dictionary, seed=7).eval().to(torch.float64)
@@ -383,7 +382,7 @@ def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy_task, a
 def test_float32_rounding_depends_on_the_padded_width_and_float64_shrinks_it():
     """Why the scorer decodes in float64: an example's float32 log-probabilities, alone or padded
     beside a longer input, differ by rounding (no padding leaks in: float64 agrees to 1e-12)."""
-    from model_helpers import batch, build, digit_dictionary
+    from fairseq_monoattn.testing import batch, build, digit_dictionary
 
     dictionary = digit_dictionary()
     short, long = list("31415926"), list("27182818284590452353602874713527")

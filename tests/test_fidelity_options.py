@@ -12,11 +12,12 @@ from fairseq import options, tasks
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_cli_helpers import USER_DIR, copy_examples
-from model_helpers import batch, build, digit_dictionary, location_attention
+from model_helpers import location_attention
 
 from fairseq_monoattn.data.writer import write_dataset
 from fairseq_monoattn.modules import CrossAttention, LocationAttention
 from fairseq_monoattn.modules.positions import padding_mask
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 D = digit_dictionary()
 location = location_attention

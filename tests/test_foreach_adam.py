@@ -1,6 +1,6 @@
 """The length_generalization task's Adam step is fairseq's: the same parameters and moments to float
 rounding (``_foreach`` kernels against fairseq's loop over tensors, so not bit for bit on every CPU:
-tests/rounding.py)."""
+fairseq_monoattn/testing.py)."""
 
 import argparse
 import copy
@@ -10,9 +10,9 @@ import pytest
 import torch
 from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 from fairseq.optim.sgd import SGD
-from rounding import assert_same_up_to_rounding
 
 from fairseq_monoattn.optim import foreach_adam_step
+from fairseq_monoattn.testing import assert_same_up_to_rounding
 
 SHAPES = [(7, 5), (5,), (3, 4, 2), (1,), (6, 6)]
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 from fairseq.models import FairseqDecoder, FairseqEncoder, FairseqEncoderDecoderModel
 from fairseq.sequence_generator import SequenceGenerator
-from model_helpers import ALL_ARCHS, batch, build, digit_dictionary, random_digits
+from model_helpers import ALL_ARCHS, random_digits
 
 from fairseq_monoattn.generation import BeamSearch, GenerationOptionError, floats_as
 from fairseq_monoattn.metrics import GreedyDecoder, strip_pad_rows
 from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 D = digit_dictionary()
 EOS_PROBABILITY = 0.05  # the scripted copier's second choice at every step
@@ -194,7 +195,7 @@ def test_every_beam_hypothesis_scores_as_a_teacher_forced_pass_of_it_alone(arch)
     (sentences end at different steps here): each of the 5 hypotheses it returns per example scores,
     token for token, what one full teacher-forced pass of that example alone gives it, so no state
     is read from another row.  Returned best first."""
-    from model_helpers import teacher_forced_scores
+    from fairseq_monoattn.testing import teacher_forced_scores
 
     model = build(arch, D, seed=7).double()
     raise_eos_with_position(model)

@@ -4,8 +4,7 @@ import math
 
 import pytest
 import torch
-from model_helpers import build, location_attention
-from rounding import assert_same_up_to_rounding
+from model_helpers import location_attention
 
 from fairseq_monoattn.modules import (
     ContentScores,
@@ -24,6 +23,7 @@ from fairseq_monoattn.modules.positions import (
     rotate_pairs,
     sinusoid,
 )
+from fairseq_monoattn.testing import assert_same_up_to_rounding, assert_scorer_steps_match_all, build
 
 
 def test_softstair_hand_values():
@@ -225,6 +225,18 @@ def test_relative_scores_equal_transformer_xl_formula():
         ]
     ) / math.sqrt(dim)
     assert torch.allclose(rot[0], want_rot, atol=1e-5)
+
+
+@pytest.mark.parametrize("scorer", [ContentScores, RelativeScores, RotaryScores])
+@pytest.mark.parametrize("first_step", [1, 9])
+def test_every_scorer_scores_all_steps_at_once_as_step_by_step(scorer, first_step):
+    """A Transformer decoder calls forward_all, a GRU decoder and incremental decoding forward:
+    the plugin's scorers compute forward_all their own way, and must give forward's scores."""
+    torch.manual_seed(1)
+    module = scorer(8)
+    for parameter in module.parameters():  # the relative scorer's biases start at zero
+        torch.nn.init.normal_(parameter)
+    assert_scorer_steps_match_all(module, first_step=first_step, steps=6)
 
 
 def test_pr_tracks_the_location_only_focus():
@@ -676,7 +688,7 @@ def test_with_a_dwell_count_one_linear_step_logit_writes_recopy_at_any_length():
 def test_the_cpp_step_nodes_are_the_python_ones(dtype, monkeypatch):
     """The decoder step's GRU update and softmax focus as C++ nodes against the Python nodes on a
     batch of the presets' size: the same outputs and gradients to float rounding (two code paths,
-    tests/rounding.py), the hidden gates read from a view of wider rows as the decoder passes them."""
+    fairseq_monoattn/testing.py), the hidden gates read from a view of wider rows as the decoder passes them."""
     from fairseq_monoattn.modules import compiled
     from fairseq_monoattn.modules.gru import gru_update
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import build, digit_dictionary
+
+from fairseq_monoattn.testing import build, digit_dictionary
 
 BIN = Path(sys.executable).parent
 D = digit_dictionary()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import batch, build, digit_dictionary
 
 from fairseq_monoattn.release import (
     RELEASE_CHECKOUT_FILES,
@@ -21,6 +20,7 @@ from fairseq_monoattn.release import (
     check_release_checkout,
     convert,
 )
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "release"
 NAMES = sorted(path.stem for path in FIXTURES.glob("*.pt"))

@@ -4,11 +4,12 @@ the same outputs and gradients as the product at every position, in the modules 
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import ALL_ARCHS, batch, build, digit_dictionary
+from model_helpers import ALL_ARCHS
 
 from fairseq_monoattn.modules import token_tables
 from fairseq_monoattn.modules.gru import bidirectional_gru
 from fairseq_monoattn.modules.token_tables import TokenRows, table_applies, token_map
+from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 
 def _embedding(rows=9, dim=5, padding_idx=1):

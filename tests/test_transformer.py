@@ -8,18 +8,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
-from model_helpers import (
+from model_helpers import greedy_decoder_lengths, random_digits
+
+from fairseq_monoattn.experiments.sweeps import LENGTH_GENERALISATION_OPTIONS
+from fairseq_monoattn.models.transformer_monoattn import LENGTH_GENERALISATION, TRANSFORMER_PRESETS
+from fairseq_monoattn.testing import (
     assert_incremental_equals_full,
     assert_padding_invariant,
     batch,
     build,
     digit_dictionary,
-    greedy_decoder_lengths,
-    random_digits,
 )
-
-from fairseq_monoattn.experiments.sweeps import LENGTH_GENERALISATION_OPTIONS
-from fairseq_monoattn.models.transformer_monoattn import LENGTH_GENERALISATION, TRANSFORMER_PRESETS
 
 D = digit_dictionary()
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]
