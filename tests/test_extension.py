@@ -51,6 +51,30 @@ def test_the_extension_registers_entries_options_and_presets(extension):
     assert type(attention.scorer).__name__ == "AdditiveScores" and attention.scorer.v.in_features == 8
 
 
+def test_a_users_transformer_preset_builds_with_the_presets_options(extension):
+    """The package registers a Transformer preset with the one ``register_preset`` its GRU presets
+    use (before, only the plugin's private ``_register`` could add one)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_monoattn
+    from fairseq_monoattn.models import gru_seq2seq, transformer_monoattn
+
+    assert gru_seq2seq.register_preset is fairseq_monoattn.register_preset  # the GRU's import path still works
+    assert ARCH_MODEL_REGISTRY["transformer_tanh_onestep"] is transformer_monoattn.TransformerMonoAttnModel
+    preset = dict(transformer_monoattn.TRANSFORMER_PRESETS["transformer_onestep"], step_activation="tanh",
+                  decoder_layers=2)  # fmt: skip
+    model = build("transformer_tanh_onestep", D)
+    assert {key: getattr(model.args, key) for key in preset} == preset
+    assert len(model.decoder.layers) == 2 and model.encoder.layers[0].fc1.out_features == 256
+    location = model.decoder.layers[-1].encoder_attn
+    assert type(location).__name__ == "LocationEncoderAttention"
+    step = location.attention.location.step
+    assert type(step).__name__ == "TanhStep" and step.scale == 1.0
+    # the command line still changes any option over the preset
+    model = build("transformer_tanh_onestep", D, tanh_step_scale=2.0, decoder_layers=3)
+    assert len(model.decoder.layers) == 3 and model.decoder.layers[-1].encoder_attn.attention.location.step.scale == 2.0
+
+
 REGISTERED = """
 import sys
 from fairseq.models import ARCH_MODEL_REGISTRY
@@ -86,7 +110,7 @@ def test_the_new_step_computes_its_equation(extension):
     assert step(rho).tolist() == pytest.approx([0.0, 1.5, 3.0])
 
 
-@pytest.mark.parametrize("arch", ["gru_tanh_onestep", "gru_mix_additive_tanh"])
+@pytest.mark.parametrize("arch", ["gru_tanh_onestep", "gru_mix_additive_tanh", "transformer_tanh_onestep"])
 def test_incremental_decoding_and_padding_invariance_hold_for_the_extension(extension, arch):
     for beam in (1, 5):
         assert_incremental_equals_full(build(arch, D, seed=3), D, SOURCES, beam)
