@@ -5,7 +5,8 @@ Importing the package registers its fairseq components (the registration list is
 :func:`register`): at once when fairseq is loaded already (as under ``--user-dir``), otherwise
 as soon as fairseq finishes loading (or, where a module of this package is the one importing
 fairseq, as soon as that module's import finishes: ``_after_import.py``), so that the commands
-which never need fairseq (data preparation, tables) start without it.
+which never need fairseq (data preparation, tables) start without it.  A user's package adds
+named architectures over either model with :func:`register_preset` (docs/extending.md).
 """
 
 __version__ = "0.3.0"
@@ -24,7 +25,8 @@ def register() -> None:
 
 
 from ._after_import import call_after_import  # noqa: E402
+from .models.presets import register_preset  # noqa: E402  (a named architecture over either model)
 
 call_after_import("fairseq", register, unless_inside=__name__)  # not inside our own imports
 
-__all__ = ["register", "__version__"]
+__all__ = ["register", "register_preset", "__version__"]

@@ -2,6 +2,7 @@
 is built or the preset registered (before any training), as one line naming the option."""
 
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -9,8 +10,9 @@ import pytest
 from fairseq_cli_helpers import TINY, write_copy_dataset
 from forked_commands import command
 
+from fairseq_monoattn import register_preset
 from fairseq_monoattn.models import transformer_monoattn
-from fairseq_monoattn.models.gru_seq2seq import REGISTERED_PRESETS, register_preset
+from fairseq_monoattn.models.gru_seq2seq import REGISTERED_PRESETS
 from fairseq_monoattn.models.options import OptionError
 from fairseq_monoattn.models.presets import PRESETS
 from fairseq_monoattn.testing import build
@@ -85,15 +87,36 @@ def test_a_preset_with_an_unknown_entry_or_a_bad_value_is_refused_when_registere
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     with pytest.raises(OptionError, match=f"^preset 'transformer_typo': {named}"):
-        transformer_monoattn._register("transformer_typo", dict(transformer_monoattn.TRANSFORMER_PRESETS[
-            "transformer_onestep"], **change))  # fmt: skip
+        register_preset("transformer_typo", dict(transformer_monoattn.TRANSFORMER_PRESETS["transformer_onestep"],
+                                                 **change), model="transformer_location")  # fmt: skip
     assert "transformer_typo" not in ARCH_MODEL_REGISTRY and "gru_typo" not in ARCH_MODEL_REGISTRY
 
 
 def test_a_transformer_preset_with_an_unknown_layer_choice_is_refused_when_registered():
     values = dict(transformer_monoattn.TRANSFORMER_PRESETS["transformer_onestep"], location_layers="first")
     with pytest.raises(OptionError, match="^preset 'transformer_typo': --location-layers must be one of none, last"):
-        transformer_monoattn._register("transformer_typo", values)
+        register_preset("transformer_typo", values, model="transformer_location")
+
+
+@pytest.mark.parametrize(
+    "model, change, named",
+    [
+        ("transformer_location", dict(encoder_layer=2), "unknown options --encoder-layer"),
+        ("transformer_location", dict(embedding_init="zeros"), "unknown options --embedding-init"),  # the GRU's
+        ("transformer_location", dict(activation_fn="gelu2"), "--activation-fn must be one of relu, gelu, "),
+        ("gru_seq2seq", dict(location_layers="last"), "unknown options --location-layers"),  # the Transformer's
+        ("lstm", {}, "model must be one of gru_seq2seq, transformer_location, got 'lstm'"),
+    ],
+    ids=["misspelt", "gru-option", "fairseq-choice", "transformer-option", "model"],
+)
+def test_a_preset_setting_an_option_its_model_lacks_is_refused_when_registered(model, change, named):
+    """Before, a Transformer preset's misspelt or foreign option was set on the arguments and never read."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    base = transformer_monoattn.TRANSFORMER_PRESETS["transformer_onestep"] if model != "gru_seq2seq" else {}
+    with pytest.raises(OptionError, match=f"^preset 'any_typo': {re.escape(named)}"):
+        register_preset("any_typo", dict(base, **change), model=model)
+    assert "any_typo" not in ARCH_MODEL_REGISTRY and "any_typo" not in REGISTERED_PRESETS
 
 
 # A user's package whose entry validates its settings, and a preset naming an entry it misspells.
@@ -164,6 +187,28 @@ def test_a_users_preset_naming_an_unknown_entry_is_one_line_when_its_package_is_
         "error: preset 'gru_odd_onestep': --step-activation must be one of sigmoid, mono, relu, softstair, none, "
         "odd, got 'od'"
     ], done.stderr[-3000:]
+
+
+# A user's package registering a Transformer preset with a misspelt option
+TRANSFORMER_TYPO = """
+from fairseq_monoattn import register_preset
+from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
+
+register_preset("transformer_deep_onestep", dict(TRANSFORMER_PRESETS["transformer_onestep"], decoder_layer=6),
+                model="transformer_location")
+"""
+
+
+def test_a_users_transformer_preset_with_an_unknown_option_is_one_line_when_its_package_is_imported(
+    tmp_path, tiny_data
+):
+    package = user_package(tmp_path, "deep_typo", TRANSFORMER_TYPO)
+    done = command("fairseq-train", tiny_data, "--user-dir", package, "--arch", "transformer_onestep", *TRAIN,
+                   "--save-dir", tmp_path / "ck")  # fmt: skip
+    assert done.returncode == 1 and error_lines(done) == [
+        "error: preset 'transformer_deep_onestep': unknown options --decoder-layer"
+    ], done.stderr[-3000:]
+    assert not list(tmp_path.glob("ck/*.pt"))
 
 
 # --- checkpoints that other tools read ----------------------------------------------------------

@@ -17,11 +17,12 @@ import torch
 from fairseq import utils
 from fairseq_cli_helpers import hypotheses, run_command, tiny_spec, with_tiny_data, write_copy_dataset
 
-from fairseq_monoattn.testing import build, digit_dictionary
+from fairseq_monoattn.testing import assert_incremental_equals_full, assert_padding_invariant, build, digit_dictionary
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "examples" / "extension" / "attention_extras"
 D = digit_dictionary()
+SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("1234567890123456789012")]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,30 @@ def test_the_extension_registers_entries_options_and_presets(extension):
     attention = model.decoder.attention
     assert type(attention.location.step).__name__ == "TanhStep" and attention.location.step.scale == 2.0
     assert type(attention.scorer).__name__ == "AdditiveScores" and attention.scorer.v.in_features == 8
+
+
+def test_a_users_transformer_preset_builds_with_the_presets_options(extension):
+    """The package registers a Transformer preset with the one ``register_preset`` its GRU presets
+    use (before, only the plugin's private ``_register`` could add one)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_monoattn
+    from fairseq_monoattn.models import gru_seq2seq, transformer_monoattn
+
+    assert gru_seq2seq.register_preset is fairseq_monoattn.register_preset  # the GRU's import path still works
+    assert ARCH_MODEL_REGISTRY["transformer_tanh_onestep"] is transformer_monoattn.TransformerMonoAttnModel
+    preset = dict(transformer_monoattn.TRANSFORMER_PRESETS["transformer_onestep"], step_activation="tanh",
+                  decoder_layers=2)  # fmt: skip
+    model = build("transformer_tanh_onestep", D)
+    assert {key: getattr(model.args, key) for key in preset} == preset
+    assert len(model.decoder.layers) == 2 and model.encoder.layers[0].fc1.out_features == 256
+    location = model.decoder.layers[-1].encoder_attn
+    assert type(location).__name__ == "LocationEncoderAttention"
+    step = location.attention.location.step
+    assert type(step).__name__ == "TanhStep" and step.scale == 1.0
+    # the command line still changes any option over the preset
+    model = build("transformer_tanh_onestep", D, tanh_step_scale=2.0, decoder_layers=3)
+    assert len(model.decoder.layers) == 3 and model.decoder.layers[-1].encoder_attn.attention.location.step.scale == 2.0
 
 
 REGISTERED = """
@@ -106,6 +131,13 @@ def test_the_documented_tests_of_the_extension_pass_as_written(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "3 passed" in done.stdout, done.stdout[-3000:]
+
+
+def test_incremental_decoding_and_padding_invariance_hold_for_the_extensions_transformer_preset(extension):
+    """The documented test above covers the package's GRU presets; its Transformer preset too."""
+    for beam in (1, 5):
+        assert_incremental_equals_full(build("transformer_tanh_onestep", D, seed=3), D, SOURCES, beam)
+    assert_padding_invariant(build("transformer_tanh_onestep", D, seed=4), D, SOURCES)
 
 
 def test_an_entry_cannot_take_a_name_or_an_option_another_has(extension):

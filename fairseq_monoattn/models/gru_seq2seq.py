@@ -54,7 +54,7 @@ from .options import (
     option_fields,
     parse_bool,
 )
-from .presets import PRESETS
+from .presets import PRESETS, register_preset  # noqa: F401  (register_preset: its public name here too)
 
 logger = logging.getLogger(__name__)
 
@@ -637,14 +637,11 @@ def _store_preset_config(name: str, options: Mapping[str, Any]) -> None:
     ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq_monoattn")
 
 
-def register_preset(name: str, options: Mapping[str, Any]) -> None:
-    """Register ``--arch NAME``: ``gru_seq2seq`` with ``options`` set (the command line can still
-    change each of them).  A user's package may call it for presets of its own."""
+def register_gru_preset(name: str, options: Mapping[str, Any]) -> None:
+    """``register_preset(name, options, model="gru_seq2seq")`` (``presets.py``): ``--arch NAME``,
+    ``gru_seq2seq`` with ``options`` set, and ``model._name=NAME`` under hydra."""
     options = dict(options)
-    unknown = sorted(set(options) - set(option_fields()))
-    if unknown:
-        raise ValueError(f"preset {name!r}: unknown options {', '.join(unknown)}")
-    check_preset(name, options)  # OptionError naming the preset, the option and the known names
+    check_preset(name, options, known=option_fields())  # OptionError naming the preset and the option
 
     @register_model_architecture(MODEL_NAME, name)
     def architecture(cfg):

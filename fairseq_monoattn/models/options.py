@@ -248,16 +248,27 @@ def check_options(values: Mapping[str, Any]) -> None:
             registry.settings_for(values[option_name], values)  # SettingsError names the entry and option
 
 
-def check_preset(name: str, values: Mapping[str, Any]) -> None:
+def preset_error(name: str, message: str) -> "OptionError":
+    """The OptionError refusing preset ``name``, its message naming the preset.  A package registering
+    a preset uses the plugin, so this installs the plugin's one-line error hook first: under fairseq's
+    commands (``--user-dir`` imports the package) the refusal is one line."""
+    install_excepthook()
+    return OptionError(f"preset {name!r}: {message}")
+
+
+def check_preset(name: str, values: Mapping[str, Any], known: Optional[Iterable[str]] = None) -> None:
     """``check_options`` of a preset's values when it is registered (an unknown entry name, a value
-    out of range would otherwise wait until the preset is used); the error names the preset.  A
-    package registering a preset uses the plugin, so a refusal installs the plugin's one-line error
-    hook first: under fairseq's commands (``--user-dir`` imports the package) the error is one line."""
+    out of range would otherwise wait until the preset is used), and, given the options its model
+    has (``known``), that it sets no other; the error names the preset."""
+    if known is not None:
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            flags = ", ".join("--" + option.replace("_", "-") for option in unknown)
+            raise preset_error(name, f"unknown options {flags}")
     try:
         check_options(values)
     except PluginError as error:  # OptionError, or an entry's SettingsError
-        install_excepthook()
-        raise OptionError(f"preset {name!r}: {error}") from None
+        raise preset_error(name, str(error)) from None
 
 
 def resolved_options(values: Mapping[str, Any]) -> Dict[str, Any]:

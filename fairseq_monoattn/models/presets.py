@@ -1,14 +1,40 @@
-"""Named architectures: each model of the paper is a set of options over ``gru_seq2seq``.
+"""Named architectures: each model of the paper is a set of options over ``gru_seq2seq``, and
+:func:`register_preset` registers a preset over either of the plugin's models (the GRU's, the
+Transformer's), the plugin's own and a user's package's alike.
 
 A preset holds only the options it differs in; every other option keeps its default
 (``options.py``), and every option stays settable on the command line, so
 ``--arch gru_onestep --step-activation relu`` (or any other combination) is a valid model.
-``gru_seq2seq.py`` registers each preset twice over, from this table: as an architecture
+``gru_seq2seq.py`` registers each preset of :data:`PRESETS` twice over: as an architecture
 (``--arch NAME``) and as a hydra config (``model._name=NAME``).  This module does not import
-fairseq.
+fairseq (:func:`register_preset` imports the model's module when called).
 """
 
-from typing import Any, Dict
+import importlib
+from typing import Any, Dict, Mapping
+
+# fairseq's name of each model a preset may be over -> its module here and that module's function
+# registering a preset over it
+PRESET_MODELS = {
+    "gru_seq2seq": ("gru_seq2seq", "register_gru_preset"),
+    "transformer_location": ("transformer_monoattn", "register_transformer_preset"),
+}
+
+
+def register_preset(name: str, options: Mapping[str, Any], model: str = "gru_seq2seq") -> None:
+    """Register ``--arch NAME``: ``model`` (``gru_seq2seq``, the paper's GRU encoder-decoder, or
+    ``transformer_location``, fairseq's Transformer with location attention) with ``options`` set;
+    the command line can still change each of them.  The options are checked now: one the model
+    does not have, an entry name no registry knows or a value out of range is an OptionError (one
+    line under fairseq's commands) naming the preset and the option.  A user's package calls it
+    for presets of its own, as the plugin does for its own."""
+    if model not in PRESET_MODELS:
+        from .options import preset_error
+
+        raise preset_error(name, f"model must be one of {', '.join(PRESET_MODELS)}, got {model!r}")
+    module, function = PRESET_MODELS[model]
+    getattr(importlib.import_module(f"{__package__}.{module}"), function)(name, options)
+
 
 # How the authors' release trains every model, where fairseq's habits differ (RESULTS.md,
 # "What in the training matters", has the runs behind each): one Xavier-initialised layer per

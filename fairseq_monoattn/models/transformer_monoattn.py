@@ -27,7 +27,7 @@ over the steps (its reference is the position the previous step attended; ``atte
 and the encoder side's prepared tensors in fairseq's incremental state.
 """
 
-from argparse import Namespace
+from argparse import ArgumentParser, Namespace
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -45,7 +45,8 @@ from ..fairseq_compat import plain_model_config_in_checkpoints
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..training_notes import note_sorted_batches
 from .gru_seq2seq import build_cross_attention
-from .options import OptionError, add_option_arguments, check_options, check_preset, option_defaults, parse_bool
+from .options import add_option_arguments, check_options, check_preset, option_defaults, parse_bool, preset_error
+from .presets import register_preset
 
 MODEL_NAME = "transformer_location"
 STATE_PREFIX = "location."  # the location state's entries among a layer's incremental state
@@ -410,16 +411,29 @@ def transformer_location(args):
     base_architecture(args)
 
 
-def _register(name: str, values: Dict[str, Any]) -> None:
-    check_preset(name, {key: value for key, value in values.items() if key in attention_options()})
-    for key, known in (("location_layers", LOCATION_LAYERS), ("direction_gate_summary", GATE_SUMMARIES)):
-        if key in values and values[key] not in known:
-            raise OptionError(f"preset {name!r}: --{key.replace('_', '-')} must be one of {', '.join(known)}, "
-                              f"got {values[key]!r}")  # fmt: skip
+def model_arguments() -> Dict[str, Any]:
+    """{option: its argparse action} of every command-line option of the model (fairseq's
+    Transformer's and the location attention's, the registered entries' settings included)."""
+    parser = ArgumentParser(add_help=False)
+    TransformerMonoAttnModel.add_args(parser)
+    return {action.dest: action for action in parser._actions}
+
+
+def register_transformer_preset(name: str, options: Dict[str, Any]) -> None:
+    """``register_preset(name, options, model="transformer_location")`` (``presets.py``):
+    ``--arch NAME``, this model with ``options`` set over fairseq's Transformer defaults."""
+    options = dict(options)
+    arguments = model_arguments()
+    check_preset(name, options, known=arguments)  # OptionError naming the preset and the option
+    for key, value in options.items():  # fairseq's choices (the attention's are checked above)
+        known = arguments[key].choices
+        if known is not None and key not in attention_options() and value not in known:
+            raise preset_error(name, f"--{key.replace('_', '-')} must be one of {', '.join(map(str, known))}, "
+                                     f"got {value!r}")  # fmt: skip
 
     @register_model_architecture(MODEL_NAME, name)
     def architecture(args):
-        for key, value in values.items():
+        for key, value in options.items():
             if getattr(args, key, None) is None or (key in FAIRSEQ_SWITCHES and value is True):
                 setattr(args, key, value)
         base_architecture(args)
@@ -427,5 +441,5 @@ def _register(name: str, values: Dict[str, Any]) -> None:
     architecture.__name__ = name
 
 
-for _name, _values in TRANSFORMER_PRESETS.items():
-    _register(_name, _values)
+for _name, _options in TRANSFORMER_PRESETS.items():
+    register_preset(_name, _options, model=MODEL_NAME)

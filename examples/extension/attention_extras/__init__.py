@@ -1,8 +1,10 @@
 """An extension of fairseq-monoattn from a package of your own: a new step activation and a new
-content scorer, each registered by name with settings of its own, and two presets that use them.
-The plugin does not import this package; fairseq does, through --user-dir:
+content scorer, each registered by name with settings of its own, and presets that use them: two
+over the GRU model, one over the Transformer.  The plugin does not import this package; fairseq
+does, through --user-dir:
 
     fairseq-train DATA --user-dir examples/extension/attention_extras --arch gru_tanh_onestep ...
+    fairseq-train DATA --user-dir examples/extension/attention_extras --arch transformer_tanh_onestep ...
     fairseq-train DATA --user-dir examples/extension/attention_extras --arch gru_onestep \\
         --step-activation tanh --tanh-step-scale 2 --attention-scoring additive --additive-hidden 16 ...
 
@@ -14,9 +16,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-import fairseq_monoattn  # noqa: F401  (the plugin registers its model, presets, task and criterion)
-from fairseq_monoattn.models.gru_seq2seq import register_preset
+from fairseq_monoattn import register_preset  # importing the plugin registers its models, presets, task ...
 from fairseq_monoattn.models.presets import PRESETS
+from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
 from fairseq_monoattn.registry import Scorer, StepActivation, register_scorer, register_step_activation
 
 
@@ -63,4 +65,9 @@ class AdditiveScores(Scorer):
 register_preset("gru_tanh_onestep", dict(PRESETS["gru_onestep"], step_activation="tanh"))
 register_preset(
     "gru_mix_additive_tanh", dict(PRESETS["gru_mix_onestep"], step_activation="tanh", attention_scoring="additive")
+)
+register_preset(
+    "transformer_tanh_onestep",
+    dict(TRANSFORMER_PRESETS["transformer_onestep"], step_activation="tanh", decoder_layers=2),
+    model="transformer_location",
 )
