@@ -16,7 +16,7 @@ of its own::
 
     @dataclass
     class TanhStepSettings:
-        tanh_step_scale: float = field(default=1.0, metadata={"help": "steps = scale * (1 + tanh(rho))"})
+        tanh_step_scale: float = field(default=1.0, metadata={"help": "the largest step: scale * (1 + tanh(rho)) / 2"})
 
     @register_step_activation("tanh", settings=TanhStepSettings)
     class TanhStep(StepActivation):
@@ -25,7 +25,7 @@ of its own::
             self.scale = settings.tanh_step_scale
 
         def forward(self, rho):
-            return self.scale * (1 + torch.tanh(rho))
+            return self.scale * (1 + torch.tanh(rho)) / 2
 
 Every field of a settings dataclass becomes a model option (``--tanh-step-scale``, hydra
 ``+model.tanh_step_scale=2``), recorded in checkpoints like every other option.  Option names
