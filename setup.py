@@ -72,7 +72,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*"]),
-    package_data={"fairseq_monoattn.data": ["files/**/*"], "fairseq_monoattn": ["csrc/*.cpp", "csrc/*.h"]},
+    package_data={
+        "fairseq_monoattn.data": ["files/**/*"],
+        "fairseq_monoattn": ["csrc/*.cpp", "csrc/*.h"],
+        "fairseq_monoattn.experiments": ["paper_values.tsv"],  # the paper's numbers, read by aggregate
+    },
     include_package_data=True,
     entry_points={
         "console_scripts": [

@@ -769,13 +769,13 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     embeddings of 128 in batches of 128, dropout 0.4."""
     from pathlib import Path
 
-    from fairseq_monoattn.catalog import TABLES
     from fairseq_monoattn.cli.sweep import main as sweep_main
+    from fairseq_monoattn.experiments.paper_values import paper_values
     from fairseq_monoattn.experiments.runs import prepared_data
     from fairseq_monoattn.experiments.sweeps import get_sweep
 
     sweep = get_sweep("table3-cfq")
-    assert list(sweep.cells) == [cell for cell in TABLES["table3-scan"] if cell[0] == "cfq"]
+    assert list(sweep.cells) == [cell for cell in paper_values().tables["table3-scan"] if cell[0] == "cfq"]
     assert sweep.seeds == (1, 2, 3) and {s.recipe for s in sweep.specs()} == {"paper-cfq"}
     work, results = tmp_path / "work", tmp_path / "results"
     common = ["--work", str(work), "--results", str(results), "--arch", "gru_content", "--seeds", "1"]
@@ -1119,8 +1119,8 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     at every length, Fisher's p that both have the same share of such runs, and which of the two
     medians reaches another verdict; then how the cells where the plugin differs divide (the release
     differs too, both split by seed, no run of the plugin agrees, shares apart, not run)."""
-    from fairseq_monoattn.catalog import paper_value
     from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from fairseq_monoattn.experiments.paper_values import paper_value
 
     splits = ("test15", "test30", "test100")
     plugin, release = tmp_path / "plugin", tmp_path / "release"
