@@ -353,6 +353,41 @@ def test_a_file_without_a_table_or_without_values_is_refused(tmp_path):
         read_paper_values(tmp_path / "missing.tsv")
 
 
+@pytest.fixture
+def shipped_file_replaced(monkeypatch):
+    """Make the package's values file another one (the reader's cache emptied before and after)."""
+    from fairseq_monoattn.experiments import paper_values as module
+
+    def replace(path):
+        monkeypatch.setattr(module, "PAPER_VALUES_FILE", path)
+        paper_values.cache_clear()
+
+    yield replace
+    paper_values.cache_clear()
+
+
+def test_the_commands_refuse_a_bad_values_file_in_one_line_before_any_work(tmp_path, shipped_file_replaced, capsys):
+    """fairseq-monoattn-aggregate (before it reads a record or writes its --update file) and the
+    sweep's --more-seeds-where-different stop with the reader's line, exit status 1."""
+    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from fairseq_monoattn.cli.sweep import main as sweep_main
+
+    path, number = changed(tmp_path, edit(*COPY_15, "value", "n/a"))
+    shipped_file_replaced(path)
+    results, target = tmp_path / "results", tmp_path / "RESULTS.md"
+    results.mkdir()
+    target.write_text("kept\n")
+    expected = f"error: {path}, line {number}: value 'n/a' is not a number"
+    with pytest.raises(SystemExit) as stopped:
+        aggregate_main(["--results", str(results), "--update", str(target)])
+    assert str(stopped.value) == expected and target.read_text() == "kept\n"
+    argv = ["status", "table2", "--results", str(results), "--more-seeds-where-different", "4"]
+    with pytest.raises(SystemExit) as stopped:
+        sweep_main(argv)
+    assert str(stopped.value) == expected
+    assert "disagree" not in capsys.readouterr().out
+
+
 def test_the_package_ships_the_values_file(tmp_path):
     """setup.py's package_data puts the file beside its reader in a built package (what an
     installed lab reads).  torch is kept out of the build's process: setup.py then leaves the C++

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from .common import DEFAULT_RESULTS, Parser
+from .common import DEFAULT_RESULTS, Parser, fail
 
 
 def build_parser() -> Parser:
@@ -101,6 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.results.is_dir():
         parser.error(f"--results {args.results}: no such folder")
     from ..experiments.aggregate import render, update_file
+    from ..experiments.paper_values import PaperValuesError, paper_values
     from ..experiments.runs import (
         describe_differences,
         outdated_records,
@@ -109,6 +110,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         spec_from_dict,
     )
 
+    try:
+        paper_values()  # the paper's values file, checked before any record is read
+    except PaperValuesError as error:
+        fail(str(error))
     records, problems = read_records(args.results)
     for problem in problems:
         print(f"unreadable record: {problem}", file=sys.stderr)

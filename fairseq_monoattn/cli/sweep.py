@@ -16,6 +16,7 @@ from .common import (
     add_places,
     add_seeds,
     check_tasks,
+    fail,
     interruptible,
     whole_number,
 )
@@ -101,8 +102,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     for problem in problems:
         print(f"unreadable record: {problem}", file=sys.stderr)
     if args.more_seeds_where_different:
+        from ..experiments.paper_values import PaperValuesError, paper_values
         from ..experiments.sweeps import with_more_seeds
 
+        try:
+            paper_values()  # which cells disagree is read off the paper's values file
+        except PaperValuesError as error:
+            fail(str(error))
         sweep, count = with_more_seeds(sweep, records, args.more_seeds_where_different)
         print(f"{count} cells disagree with the paper: adding seeds {args.more_seeds_where_different}")
     if args.command == "status":
