@@ -7,16 +7,15 @@ the largest such mapped block freed so far (to once and twice its size).  A trai
 these models allocates and frees tens of MiB in blocks of up to a few MiB (the decoder steps'
 activations, kept for the backward pass and freed by it), far more than twice the largest
 block, so the heap is given back again and again, and the memory is asked for again, page by
-page, zeroed: about 640 page faults an update for MonoAttn on Inv ReCopy (an epoch's 312
-updates: 199,000 faults and 0.65 s in the kernel with glibc's settings, 2,400 faults and 0.11 s
-with these), time that does no training.
+page, zeroed: hundreds of page faults an update, time in the kernel that does no training
+(docs/results/speed-record.md has the counts).
 
 :func:`keep_freed_memory` sets ``M_MMAP_THRESHOLD`` to 32 MiB (glibc's largest on 64-bit
 machines) and ``M_TRIM_THRESHOLD`` to 128 MiB, so the freed memory stays in the heap for the
 next update.  A process holds up to 128 MiB of freed memory longer than glibc's defaults would;
-its peak hardly moves (the epoch above: at most 440.1 MiB resident, 439.6 with glibc's
-settings).  The plugin's task calls it when it is set up (``fairseq_compat.apply_fixes``; importing
-the plugin leaves glibc's settings alone), where glibc is the allocator, unless:
+its peak resident memory hardly moves.  The plugin's task calls it when it is set up
+(``fairseq_compat.apply_fixes``; importing the plugin leaves glibc's settings alone), where glibc is
+the allocator, unless:
 
 - ``FAIRSEQ_MONOATTN_MALLOC=0`` is set (glibc's defaults are kept);
 - glibc's malloc is already configured from the environment (``MALLOC_TRIM_THRESHOLD_``,

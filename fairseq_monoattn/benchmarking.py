@@ -4,13 +4,18 @@
         [--epoch inv_recopy gru_monoattn [--epoch-against OTHER_CHECKOUT]]
 
 Training: each model trains for a fixed number of updates on the Copy train split
-(batch 32, Adam) through ``fairseq-train`` in its own process, right after a run of the
+(batch 32, Adam) through ``fairseq-train`` in its own process, beside two runs of the
 built-in ``lstm`` (bidirectional encoder 64, decoder 128, embeddings 64, shared output
-embedding), ``--repeats`` times.  Words per second of a run is the median of fairseq's own
-``wps`` over the logged intervals after the first; peak memory is the process's maximum
-resident set size.  A preset's ratio is the median over its repeats of its run's words per
-second / the lstm run just before it, so the machine's speed, and its drift during the
-invocation, cancel out; the spread of those ratios is printed beside it.
+embedding): one as stock fairseq runs it (``--task translation``, the plugin loaded beside it,
+which registers its components and changes nothing else), one in the plugin's task, which
+applies the plugin's fixes to fairseq and its Adam step (``--task length_generalization
+--train-batches sorted``: fairseq's batches, as the translation task makes them).  The preset
+trains in the plugin's task too.  The three runs are repeated ``--repeats`` times, the presets
+taking turns, the order of the three reversed every other round.  Words per second of a run is
+the median of fairseq's own ``wps`` over the logged intervals after the first; peak memory is
+the process's maximum resident set size.  A preset's two ratios are the medians over its
+repeats of its run's words per second / each lstm run of its round, so the machine's speed, and
+its drift during the invocation, cancel out; the spread of those ratios is printed beside them.
 
 Decoding: greedy decoding of 32 random digit strings of length 15, 100 and 500, forced to
 emit exactly that many tokens, timed per output token (time / (sentences x steps)), the least
@@ -55,6 +60,13 @@ TRANSFORMER_ARGS = (
     "--encoder-attention-heads 4 --decoder-embed-dim 64 --decoder-ffn-embed-dim 256 --decoder-layers 3 "
     "--decoder-attention-heads 4 --dropout 0.1 --share-decoder-input-output-embed"
 ).split()
+
+
+# the task a reference run trains in: stock fairseq's, or the plugin's (its fixes applied), with
+# the same batches; the presets train in the plugin's
+STOCK_TASK = ["--task", "translation"]
+PLUGIN_TASK = ["--task", "length_generalization", "--train-batches", "sorted"]
+TASKS = {"stock": STOCK_TASK, "plugin": PLUGIN_TASK}
 
 
 def reference_args(arch: str):
@@ -631,7 +643,11 @@ def parse_args(argv=None):
         "made in the training process, as the recipe trains; fairseq's own default is 1)",
     )
     parser.add_argument(
-        "--repeats", type=int, default=3, help="training runs per preset, each paired with an lstm run (median ratio)"
+        "--repeats",
+        type=int,
+        default=3,
+        help="rounds of training runs: each preset once, each beside a run of the lstm as stock fairseq trains it "
+        "and one in the plugin's task (median ratios)",
     )
     parser.add_argument("--data", type=Path, default=Path("runs") / "benchmark", help="where Copy data is prepared")
     parser.add_argument("--skip-decoding", action="store_true")
@@ -684,18 +700,23 @@ def parse_args(argv=None):
 
 def print_table(archs, reference_runs, rows, decoding, decode_sentences: int):
     """The Markdown table of the README: training against the reference runs (fairseq's lstm for
-    the GRU presets, its transformer for the Transformer presets), then decoding."""
+    the GRU presets, its transformer for the Transformer presets, as stock fairseq runs them and in
+    the plugin's task), then decoding."""
     print()
     print(
-        f"| model | words/s | vs fairseq | (range) | peak MiB | decode ms/token @15 | @100 | @500 | @500 / @15 |"
-        f"  (decoding {decode_sentences} sentences at a time)"
+        f"| model | words/s | vs stock fairseq | (range) | vs fairseq in the plugin's task | (range) | peak MiB "
+        f"| decode ms/token @15 | @100 | @500 | @500 / @15 |  (decoding {decode_sentences} sentences at a time)"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    names = {"stock": "stock fairseq", "plugin": "the plugin's task"}
     for kind in ("lstm", "transformer"):
-        runs = [r for r in reference_runs if r[2] == kind]
-        if runs:
-            wps, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
-            print(table_row([f"{kind} (fairseq, {len(runs)} runs)", f"{wps:.0f}", "1.00", "", f"{rss:.0f}"] + [""] * 4))
+        for task in TASKS:
+            runs = [r for r in reference_runs if r[2] == kind and r[3] == task]
+            if runs:
+                wps, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+                ratios = ["1.00", "", "", ""] if task == "stock" else ["", "", "1.00", ""]
+                name = f"{kind} ({names[task]}, {len(runs)} runs)"
+                print(table_row([name, f"{wps:.0f}", *ratios, f"{rss:.0f}"] + [""] * 4))
     for arch in archs:
         cells = ["", "", "", ""]
         if arch in decoding:
@@ -706,10 +727,14 @@ def print_table(archs, reference_runs, rows, decoding, decode_sentences: int):
                 f"{per[500] * 1e3:.3f}",
                 f"{per[500] / per[15]:.2f}",
             ]
-        train_cells = ["", "", "", ""]
+        train_cells = [""] * 6
         if arch in rows:
-            wps, ratio, low, high, rss = summarize(rows[arch])
-            train_cells = [f"{wps:.0f}", f"{ratio:.2f}", f"{low:.2f}-{high:.2f}", f"{rss:.0f}"]
+            wps, ratios, rss = summarize(rows[arch])
+            train_cells = [f"{wps:.0f}"]
+            for task in TASKS:
+                ratio, low, high = ratios[task]
+                train_cells += [f"{ratio:.2f}", f"{low:.2f}-{high:.2f}"]
+            train_cells.append(f"{rss:.0f}")
         print(table_row([arch] + train_cells + cells))
 
 
@@ -746,16 +771,15 @@ def table_row(cells):
     return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
 
-def summarize(pairs):
-    """(median words/s, median ratio, lowest and highest ratio, peak MiB) of a preset's
-    runs, each given as (its words/s, its peak MiB, the words/s of the lstm run paired with it)."""
-    ratios = [wps / reference for wps, _, reference in pairs]
+def summarize(runs):
+    """(median words/s, {"stock"/"plugin": (median ratio, lowest, highest)}, peak MiB) of a preset's
+    runs, each given as (its words/s, its peak MiB, {"stock"/"plugin": the words/s of that
+    reference run of its round})."""
+    ratios = {task: [wps / references[task] for wps, _, references in runs] for task in TASKS}
     return (
-        statistics.median(wps for wps, _, _ in pairs),
-        statistics.median(ratios),
-        min(ratios),
-        max(ratios),
-        max(rss for _, rss, _ in pairs),
+        statistics.median(wps for wps, _, _ in runs),
+        {task: (statistics.median(r), min(r), max(r)) for task, r in ratios.items()},
+        max(rss for _, rss, _ in runs),
     )
 
 
@@ -776,23 +800,31 @@ def main(argv=None):
         data_bin = ensure_copy_data(args.data)
         print(
             f"training: {args.updates} updates, batch 32, Copy train split, --num-workers {args.num_workers}, "
-            f"{args.repeats} runs a preset "
-            f"each after a run of fairseq's own model of that size (lstm or transformer); "
+            f"{args.repeats} rounds, each a run of every preset in the plugin's task beside two of fairseq's own "
+            f"model of that size (lstm or transformer): stock fairseq's ({' '.join(STOCK_TASK)}) and in the "
+            f"plugin's task ({' '.join(PLUGIN_TASK)}), the order reversed every other round; "
             f"torch threads: {torch.get_num_threads()}; {compiled.describe()}",
             flush=True,
         )
-    for arch in [] if args.skip_training else archs:
-        for _ in range(args.repeats):
+    for repeat in range(0 if args.skip_training else args.repeats):
+        for arch in archs:
             reference = reference_args(arch)
-            reference_runs.append(
-                (*train_once(data_bin, reference, args.updates, args.interval, args.num_workers), reference[1])
-            )
-            wps, rss = train_once(data_bin, ["--arch", arch], args.updates, args.interval, args.num_workers)
-            rows.setdefault(arch, []).append((wps, rss, reference_runs[-1][0]))
-            reference_wps, _, kind = reference_runs[-1]
+            order = ["stock", "plugin", arch] if repeat % 2 == 0 else [arch, "plugin", "stock"]
+            references = {}
+            for run in order:
+                if run in TASKS:
+                    reference_wps, reference_rss = train_once(
+                        data_bin, [*reference, *TASKS[run]], args.updates, args.interval, args.num_workers
+                    )
+                    references[run] = reference_wps
+                    reference_runs.append((reference_wps, reference_rss, reference[1], run))
+                else:
+                    model = ["--arch", arch, *PLUGIN_TASK]
+                    wps, rss = train_once(data_bin, model, args.updates, args.interval, args.num_workers)
+            rows.setdefault(arch, []).append((wps, rss, references))
             print(
-                f"  {arch:<28} {wps:9.0f} wps ({wps / reference_wps:4.2f}x the {kind} run before it)  "
-                f"peak {rss:6.0f} MiB",
+                f"  {arch:<28} {wps:9.0f} wps ({wps / references['stock']:4.2f}x the stock {reference[1]}, "
+                f"{wps / references['plugin']:4.2f}x the {reference[1]} in the plugin's task)  peak {rss:6.0f} MiB",
                 flush=True,
             )
     decoding = {}

@@ -29,8 +29,8 @@ fairseq's own functions):
 
 4. fairseq's trainer reseeds torch before every update (``utils.set_torch_seed``).  Where torch
    has no device but the CPU, ``torch.manual_seed`` still queues the seed for CUDA and XPU,
-   recording the caller's Python stack each time: about 0.5 ms an update inside fairseq-train,
-   while seeding the CPU generator takes a microsecond.  On such a machine the CPU generator
+   recording the caller's Python stack each time, a cost at every update inside fairseq-train,
+   where seeding the CPU generator is almost free.  On such a machine the CPU generator
    alone is seeded: the same generator state, so the same runs bit for bit.
 
 5. fairseq writes a checkpoint's first file atomically (a temporary file, then a rename), but
@@ -40,9 +40,8 @@ fairseq's own functions):
    renamed over it, so the destination is always the old file or the new one.
 
 6. fairseq's gradient clipping (``--clip-norm``, ``utils.clip_grad_norm_``) takes the norm of
-   each gradient in a Python loop, about 20 us a parameter on the CPU: 0.66 ms an update for
-   the 28 parameters of ``gru_monoattn``, where ``torch._foreach_norm`` (the same per-tensor
-   norms, so the same total norm to float rounding) takes the clipping to 0.28 ms.
+   each gradient in a Python loop, a call a parameter, where ``torch._foreach_norm`` takes the
+   same per-tensor norms (so the same total norm to float rounding) in one call.
    Gradients on the CPU take the ``_foreach`` path; elsewhere fairseq's own code runs.
 
 7. A model configured by argparse options alone (fairseq's legacy Transformer, so this plugin's

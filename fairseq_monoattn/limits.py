@@ -5,8 +5,7 @@
 
 ``SCORING_BATCH_SIZE``: examples the scorer decodes at once.  No score depends on it (it decodes
 in float64: ``fairseq_monoattn.scoring``); larger batches spread each decoder step's fixed cost over
-more examples (a trained relative-attention model on Copy's test100: about 0.8 of the time at 256
-that it takes at 64, one thread)."""
+more examples."""
 
 NO_LENGTH_LIMIT = 1_000_000
 SCORING_BATCH_SIZE = 256

@@ -9,33 +9,62 @@ from fairseq_monoattn import benchmarking
 from fairseq_monoattn.modules import compiled, gru
 
 
-def test_a_presets_ratio_is_the_median_over_runs_each_against_the_lstm_run_before_it(monkeypatch, capsys):
-    """The machine speeds up fourfold during the invocation: ratios to the paired lstm run stay
-    0.9, 0.8, 0.8 (median 0.80), where the preset's median words/s over the lstm's median would say 0.90."""
+def test_a_presets_ratios_are_medians_over_rounds_against_both_lstm_runs_of_each_round(monkeypatch, capsys):
+    """Each round runs the stock lstm (translation task), the lstm in the plugin's task and the
+    preset (in the plugin's task), reversing the order every other round.  The machine speeds up
+    fourfold in the last round: the ratios to the stock lstm of each round stay 1.5, 1.4, 1.6
+    (median 1.50), to the lstm in the plugin's task 1.36, 1.40, 1.60 (median 1.40), where the
+    medians of the words/s would say 1.50 and 1.36."""
     scripted = iter(
         [
-            (1000.0, 400.0),
-            (900.0, 410.0),  # (words/s, peak MiB): lstm, then preset
-            (1000.0, 401.0),
-            (800.0, 420.0),
-            (4000.0, 402.0),
-            (3200.0, 415.0),
+            (1000.0, 400.0),  # (words/s, peak MiB): round 1, stock lstm, plugin's lstm, preset
+            (1100.0, 401.0),
+            (1500.0, 410.0),
+            (1400.0, 420.0),  # round 2, reversed: preset, plugin's lstm, stock lstm
+            (1000.0, 403.0),
+            (1000.0, 402.0),
+            (4000.0, 399.0),  # round 3, the machine four times as fast
+            (4000.0, 404.0),
+            (6400.0, 415.0),
         ]
     )
     commands = []
 
     def train_once(data_bin, model_args, updates, interval, num_workers):
         assert num_workers == 0  # both models make their batches in the training process by default
-        commands.append(model_args[1] if model_args[0] == "--arch" else model_args)
+        arch, task = (model_args[model_args.index(option) + 1] for option in ("--arch", "--task"))
+        if task == "length_generalization":  # fairseq's batches, as in the translation task
+            assert model_args[model_args.index("--train-batches") + 1] == "sorted"
+        commands.append((arch, task))
         return next(scripted)
 
     monkeypatch.setattr(benchmarking, "train_once", train_once)
     monkeypatch.setattr(benchmarking, "ensure_copy_data", lambda root: root / "bin")
     benchmarking.main(["--arch", "gru_onestep", "--repeats", "3", "--skip-decoding"])
-    assert commands == ["lstm", "gru_onestep"] * 3  # each preset run right after an lstm run
+    stock, plugin = ("lstm", "translation"), ("lstm", "length_generalization")
+    preset = ("gru_onestep", "length_generalization")
+    assert commands == [stock, plugin, preset, preset, plugin, stock, stock, plugin, preset]
     table = capsys.readouterr().out.splitlines()
-    assert "| lstm (fairseq, 3 runs) | 1000 | 1.00 | | 402 | | | | |" in table
-    assert "| gru_onestep | 900 | 0.80 | 0.80-0.90 | 420 | | | | |" in table
+    assert "| lstm (stock fairseq, 3 runs) | 1000 | 1.00 | | | | 402 | | | | |" in table
+    assert "| lstm (the plugin's task, 3 runs) | 1100 | | | 1.00 | | 404 | | | | |" in table
+    assert "| gru_onestep | 1500 | 1.50 | 1.40-1.60 | 1.40 | 1.36-1.60 | 420 | | | | |" in table
+
+
+def test_the_presets_take_turns_within_each_round(monkeypatch):
+    """Two presets, two rounds: every preset runs once a round, each beside its own two lstm runs,
+    so a slow spell of the machine lands on every preset's ratios alike."""
+    commands = []
+
+    def train_once(data_bin, model_args, updates, interval, num_workers):
+        commands.append(model_args[model_args.index("--arch") + 1])
+        return 1000.0, 400.0
+
+    monkeypatch.setattr(benchmarking, "train_once", train_once)
+    monkeypatch.setattr(benchmarking, "ensure_copy_data", lambda root: root / "bin")
+    benchmarking.main(["--arch", "gru_onestep", "gru_monoattn", "--repeats", "2", "--skip-decoding"])
+    assert commands == ["lstm", "lstm", "gru_onestep", "lstm", "lstm", "gru_monoattn"] + [
+        "gru_onestep", "lstm", "lstm", "gru_monoattn", "lstm", "lstm"
+    ]  # fmt: skip
 
 
 def test_the_training_runs_make_their_batches_in_process_unless_told_otherwise(monkeypatch, tmp_path):
@@ -50,7 +79,7 @@ def test_the_training_runs_make_their_batches_in_process_unless_told_otherwise(m
     monkeypatch.setattr(benchmarking, "train_once", lambda d, m, u, i, num_workers: seen.append(num_workers) or (1, 1))
     monkeypatch.setattr(benchmarking, "ensure_copy_data", lambda root: root / "bin")
     benchmarking.main(["--arch", "gru_onestep", "--repeats", "1", "--skip-decoding", "--num-workers", "1"])
-    assert seen == [1, 1]
+    assert seen == [1, 1, 1]  # the preset and both lstm runs
 
 
 def test_repeats_below_one_are_refused():

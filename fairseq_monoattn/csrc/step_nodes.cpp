@@ -2,7 +2,7 @@
 // update, the softmax focus of the location attention, a step's whole location focus, the mix of
 // the content and the location focus, and the per-step products whose fixed operand takes its
 // gradient once after the last step (modules/step_linear.py).  Python's autograd.Function does the
-// same with about 25 microseconds more a call, forward and backward, which is much of what these
+// same with a fixed cost of its own a call, forward and backward, which is much of what these
 // nodes cost on a batch of 32 rows (modules/gru.py, normalizations.py and step_linear.py hold the
 // Python versions and say which runs when).  Forward makes the Python versions' operations with
 // torch's own kernels, so its outputs are theirs to float rounding (the location focus uses the C

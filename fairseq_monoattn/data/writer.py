@@ -145,8 +145,8 @@ def binarize(lines: List[str], dictionary, prefix: Path) -> None:
 
     builder = indexed_dataset.make_builder(str(prefix) + ".bin", impl="mmap", vocab_size=len(dictionary))
     # the ids of fairseq's Dictionary.encode_line(line, add_if_not_exist=False), looked up in
-    # Python lists: encode_line stores them one by one into a tensor, three quarters of the time
-    # of preparing a task
+    # Python lists: encode_line stores them one by one into a tensor, most of the time of
+    # preparing a task
     index, eos, unk = dictionary.indices, dictionary.eos(), dictionary.unk()
     for line in lines:
         ids = [index.get(token, unk) for token in line.split()]

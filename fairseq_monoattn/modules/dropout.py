@@ -1,13 +1,13 @@
 """Dropout whose mask is drawn eight elements a random number on the CPU.
 
-torch's CPU dropout draws one random number per element (``bernoulli_``, about 12 ns an element
-here): 2.3 ms for the encodings of a batch of 32 Inv ReCopy sources (32 x 45 x 128), about 6 % of
-a training update.  Where the drop probability p is a multiple of 1/256 (0.5, the presets', among
-them) a mask needs only one random byte an element: element i is dropped when byte_i < 256 p,
-which has probability exactly p for uniform bytes, and each random 64-bit integer gives eight of
-them.  The mask has torch's distribution; it is drawn from the same generator, in another way, so
-a run with this dropout is as reproducible as with torch's and follows a different trajectory
-from it.  Elsewhere (other p, other devices, where torch's kernel is fast) it is torch's dropout.
+torch's CPU dropout draws one random number per element (``bernoulli_``), a noticeable part of a
+training update for the encodings of a batch (32 x 45 x 128 numbers for Inv ReCopy). Where the drop
+probability p is a multiple of 1/256 (0.5, the presets', among them) a mask needs only one random
+byte an element: element i is dropped when byte_i < 256 p, which has probability exactly p for
+uniform bytes, and each random 64-bit integer gives eight of them. The mask has torch's
+distribution; it is drawn from the same generator, in another way, so a run with this dropout is as
+reproducible as with torch's and follows a different trajectory from it.
+Elsewhere (other p, other devices, where torch's kernel is fast) it is torch's dropout.
 """
 
 import torch

@@ -118,7 +118,7 @@ class StepLinear:
 def row_times(rows: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
     """x_b M_b for each b: rows (B, K), matrices (B, K, N) -> (B, N).  A batch of row vectors times
     matrices, never a batch of matrices times column vectors (B, N, K) x (B, K, 1), which torch's
-    CPU ``bmm`` computes several times slower (166 against 21 us for 32 x 39 x 128)."""
+    CPU ``bmm`` computes several times slower."""
     return torch.bmm(rows.unsqueeze(1), matrices).squeeze(1)
 
 
@@ -213,7 +213,7 @@ def weighted_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     On the CPU, without gradients and from STREAMED_ROWS rows on, this is an ``embedding_bag``
     sum over the B*n rows with per-row weights, in bags of n: a kernel that reads each row once,
     at close to the machine's streaming rate, where ``bmm``'s matrix-vector form reads a decoding
-    step's 32 x 502 x 128 values 3-4 times slower (and much slower again once the keys and values
+    step's 32 x 502 x 128 values several times slower (and much slower again once the keys and values
     of one step no longer fit the cache together).  Otherwise ``row_times``."""
     batch, count, dim = rows.shape
     if (

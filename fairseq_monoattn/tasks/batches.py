@@ -1,9 +1,8 @@
 """Batches gathered from the binarized token files with array operations.
 
 fairseq's ``LanguagePairDataset`` builds a batch one example at a time: a tensor per example from
-the memory-mapped file, then ``collate``, which pads, sorts and shifts them in Python loops.  At
-batches of 32 short sequences that costs about a millisecond an update on the CPU, a few percent
-of a paper run's update.  ``ArrayPairDataset`` is the same dataset with one change: the data loader
+the memory-mapped file, then ``collate``, which pads, sorts and shifts them in Python loops, a cost
+paid at every update.  ``ArrayPairDataset`` is the same dataset with one change: the data loader
 hands it a batch's indices (``__getitems__``) and ``collater`` gathers every row of the batch from
 the token file at once.  The batch is the one fairseq's ``collate`` makes, tensor for tensor: the
 same padding side, the same order (sorted by source length with the same ``torch.sort``), the
