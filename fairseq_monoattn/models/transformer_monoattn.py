@@ -340,8 +340,9 @@ class TransformerMonoAttnModel(TransformerModel):
 def add_position_arguments(group) -> None:
     """``--positions NAME`` and every registered scheme's settings (the names are checked when the
     model is built, so that a scheme a --user-dir package registers is known by then)."""
+    names = ", ".join(POSITIONS.names())
     group.add_argument("--positions", metavar="NAME", help="position scheme of the encoder's and decoder's "
-                       f"self-attention: {', '.join(POSITIONS.names())} (unset: fairseq's position options)")  # fmt: skip
+                       f"self-attention: {names} (unset: fairseq's position options)")  # fmt: skip
     kinds = {"int": int, "float": float, "str": str, "bool": parse_bool}
     for name, f in POSITION_OPTIONS.items():
         kind = kinds.get(getattr(f.type, "__name__", f.type), str)

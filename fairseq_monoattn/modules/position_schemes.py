@@ -329,7 +329,8 @@ class StackPositions(nn.Module):
     """Stands in for fairseq's ``embed_positions`` of a stack whose scheme is not fairseq's own:
     fairseq calls it with the stack's tokens (all the steps so far while decoding); it works out
     each token's position, keeps them in ``state`` for the stack's self-attentions, and returns the
-    scheme's embedding of them (zeros for a scheme without one)."""
+    scheme's embedding of them (0 at padding, as fairseq's tables have it; zeros for a scheme
+    without an embedding)."""
 
     def __init__(self, scheme: PositionScheme):
         super().__init__()
@@ -348,7 +349,7 @@ class StackPositions(nn.Module):
         embedded = self.scheme.embedding(positions)
         if embedded is None:
             return self._dtype.new_zeros(tokens.size(0), tokens.size(1), 1)
-        return embedded.to(self._dtype.dtype)
+        return embedded.to(self._dtype.dtype).masked_fill(~kept.unsqueeze(-1), 0.0)  # padding: 0, as fairseq's
 
 
 class PositionState:
@@ -369,13 +370,16 @@ class PositionedSelfAttention(MultiheadAttention):
     def replacing(cls, attention: MultiheadAttention, state: PositionState) -> "PositionedSelfAttention":
         if not attention.self_attention or attention.bias_k is not None or attention.add_zero_attn:
             raise PositionError("--positions: a scheme in the attention needs plain self-attention layers")
-        new = cls(
-            attention.embed_dim,
-            attention.num_heads,
-            dropout=attention.dropout_module.p,
-            bias=attention.k_proj.bias is not None,
-            self_attention=True,
-        )
+        # the weights are the replaced attention's: drawing fresh ones would move the random
+        # numbers every later module draws, so that a model differed from its sinusoidal twin of one seed
+        with torch.random.fork_rng(devices=[]):
+            new = cls(
+                attention.embed_dim,
+                attention.num_heads,
+                dropout=attention.dropout_module.p,
+                bias=attention.k_proj.bias is not None,
+                self_attention=True,
+            )
         new.load_state_dict(attention.state_dict())
         new.position_state = state
         return new
