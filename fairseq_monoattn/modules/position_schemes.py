@@ -39,10 +39,6 @@ from ..errors import PluginError
 from ..registry import ENTRY_OPTIONS, Registry
 from .positions import rotate_pairs
 
-# fairseq's positions of real tokens start at padding_idx + 1 (its tables keep row padding_idx for padding)
-MAX_POSITIONS = 100_000  # what a scheme without a table of positions reports to fairseq's max_positions()
-
-
 class PositionScheme(nn.Module):
     """How one stack's self-attention knows where its tokens are.  An entry is built with
     ``cls(settings, **sizes)`` (``cls(**sizes)`` without settings); ``sizes``: ``heads``,
