@@ -39,6 +39,7 @@ from ..errors import PluginError
 from ..registry import ENTRY_OPTIONS, Registry
 from .positions import rotate_pairs
 
+
 class PositionScheme(nn.Module):
     """How one stack's self-attention knows where its tokens are.  An entry is built with
     ``cls(settings, **sizes)`` (``cls(**sizes)`` without settings); ``sizes``: ``heads``,
