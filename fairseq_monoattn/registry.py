@@ -198,12 +198,24 @@ def _same_field(a: dataclasses.Field, b: dataclasses.Field) -> bool:
 class Registry:
     """Named entries of one choice, in registration order."""
 
-    def __init__(self, option: str, description: str, base_class: type, extra_names: Tuple[str, ...] = ()):
+    def __init__(
+        self,
+        option: str,
+        description: str,
+        base_class: type,
+        extra_names: Tuple[str, ...] = (),
+        entry_options: Optional[Dict[str, dataclasses.Field]] = None,
+    ):
+        """``entry_options``: where the entries' settings fields are collected; by default the
+        attention's ``ENTRY_OPTIONS``, which the models take as options (and whose listeners run
+        on each registration).  A registry of another part of a model (the Transformer's position
+        schemes, ``modules/position_schemes.py``) keeps a table of its own."""
         self.option = option  # the model option that holds the chosen name
         self.description = description
         self.base_class = base_class
         self.extra_names = extra_names  # names the model handles itself (e.g. scoring "none")
         self.entries: Dict[str, Entry] = {}
+        self.entry_options = ENTRY_OPTIONS if entry_options is None else entry_options
 
     @property
     def flag(self) -> str:
@@ -239,17 +251,18 @@ class Registry:
                 for f in dataclasses.fields(settings):
                     if f.name in RESERVED_OPTIONS:
                         raise ValueError(f"{settings.__name__}.{f.name}: the model has an option of that name")
-                    known = ENTRY_OPTIONS.get(f.name)
+                    known = self.entry_options.get(f.name)
                     if known is not None and not _same_field(known, f):
                         raise ValueError(
                             f"{settings.__name__}.{f.name}: another entry declares the option "
                             f"{f.name!r} with another type or default"
                         )
                 for f in dataclasses.fields(settings):
-                    ENTRY_OPTIONS.setdefault(f.name, f)
+                    self.entry_options.setdefault(f.name, f)
             self.entries[name] = Entry(name, cls, settings)
-            for listener in _LISTENERS:
-                listener()
+            if self.entry_options is ENTRY_OPTIONS:
+                for listener in _LISTENERS:
+                    listener()
             return cls
 
         return register_class

@@ -10,6 +10,8 @@ message saying what differed, which pytest, unittest or a plain script all repor
   and :func:`assert_padding_invariant`.
 - Scorers: :func:`assert_scorer_steps_match_all` (``forward`` step by step against
   ``forward_all``).
+- Position schemes of the Transformer models: :func:`assert_position_scheme_contract` (the model
+  checks above on a Transformer with the scheme, alone and randomized).
 - Float rounding: :func:`rounding_tolerance` and :func:`assert_same_up_to_rounding`.
 
 How far two code paths that compute one function may differ is stated once, here.  Two paths that
@@ -40,6 +42,7 @@ __all__ = [
     "ROUNDING_ULPS",
     "assert_incremental_equals_full",
     "assert_padding_invariant",
+    "assert_position_scheme_contract",
     "assert_same_up_to_rounding",
     "assert_scorer_steps_match_all",
     "batch",
@@ -228,3 +231,31 @@ def assert_scorer_steps_match_all(
     assert_same_up_to_rounding(
         together, torch.stack(one_by_one, dim=1), f"{type(scorer).__name__}.forward_all against forward step by step"
     )
+
+
+# --- position schemes ---------------------------------------------------------------------------
+
+CONTRACT_SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("12345678901234567890")]
+
+
+def assert_position_scheme_contract(
+    name: str, arch: str = "transformer_small", dictionary: Optional[Dictionary] = None, seed: int = 0, **options
+) -> None:
+    """Assert that the position scheme ``name`` (``--positions NAME``, yours too once your package is
+    imported) keeps the model checks on ``arch`` with ``options``, in float64: fairseq's generator
+    (beams 1 and 5) scores every hypothesis as a full pass does (:func:`assert_incremental_equals_full`),
+    and every source decodes alone as in a left-padded batch (:func:`assert_padding_invariant`, to
+    1e-6: fairseq's attention softmax computes in float32), the scheme alone and under
+    ``randomized`` (in evaluation, the plain positions)."""
+    dictionary = dictionary or digit_dictionary()
+    for wrapped in ({"positions": name}, {"positions": "randomized", "randomized_base": name}):
+        if name == "randomized" and "randomized_base" in wrapped:
+            continue
+        where = f"--positions {name}" + (" under randomized" if "randomized_base" in wrapped else "")
+        model = build(arch, dictionary, seed=seed, **wrapped, **options).double()
+        try:
+            for beam in (1, 5):
+                assert_incremental_equals_full(model, dictionary, CONTRACT_SOURCES, beam)
+            assert_padding_invariant(model, dictionary, CONTRACT_SOURCES, atol=1e-6)
+        except AssertionError as error:
+            raise AssertionError(f"{where}: {error}") from None

@@ -16,9 +16,11 @@ location focus alone, or mixed with content scores), so the choices are options:
 * ``--decoder-recency-bias M``: the decoder's self-attention score of position i for an earlier
   position j loses M (i - j) (a linear bias on distance, as ALiBi's, one slope for every head;
   0: none): positions by distance only, the same at every length;
-* the positional encodings are fairseq's options (sinusoidal by default, ``--encoder-learned-pos``,
-  ``--decoder-learned-pos``, ``--no-token-positional-embeddings``); fairseq 0.12's Transformer has
-  no relative position encoding.
+* ``--positions NAME``: the position scheme of the encoder's and the decoder's self-attention, an
+  entry of ``modules/position_schemes.py``'s registry (``sinusoidal``, ``learned``, ``none``,
+  ``rope``, ``alibi``, ``fire``, ``randomized`` over any of them, or a user's; docs/positions.md);
+  unset, fairseq's options decide as they always have (sinusoidal by default,
+  ``--encoder-learned-pos``, ``--decoder-learned-pos``, ``--no-token-positional-embeddings``).
 
 Training stays parallel across output steps: a layer reads every step's query at once, computes
 content scores and the context in one product each, and only the location focus runs as a scan
@@ -34,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerDecoder, TransformerModel
+from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from omegaconf import OmegaConf
 from torch import nn
@@ -42,6 +44,7 @@ from torch import nn
 from ..dictionaries import carry_dictionaries
 from ..errors import install_excepthook
 from ..fairseq_compat import plain_model_config_in_checkpoints
+from ..modules.position_schemes import POSITION_OPTIONS, POSITIONS, install_position_scheme, resolve_positions
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..training_notes import note_sorted_batches
 from .gru_seq2seq import build_cross_attention
@@ -177,6 +180,7 @@ class LocationTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.decodes_greedily = True  # metrics.GreedyDecoder may decode it (incremental state, reordering)
+        install_position_scheme(self, args, causal=True)  # before the hooks below: it may replace self_attn
         self.self_attention_window = args.decoder_self_attention_window
         self.recency_bias = args.decoder_recency_bias
         self.recency_exempts_start = args.decoder_recency_exempt_start
@@ -294,6 +298,13 @@ class TransformerMonoAttnModel(TransformerModel):
         group.add_argument("--direction-gate-summary", choices=GATE_SUMMARIES, help="what the direction "
                            "gate reads: the mean of the encoder's outputs, or none (one learned g)")  # fmt: skip
         add_option_arguments(group, parse_bool, only=set(attention_options()))
+        add_position_arguments(parser.add_argument_group("position schemes (fairseq_monoattn)"))
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        encoder = TransformerEncoder(args, src_dict, embed_tokens)
+        install_position_scheme(encoder, args, causal=False)
+        return encoder
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
@@ -326,9 +337,24 @@ class TransformerMonoAttnModel(TransformerModel):
         return model
 
 
+def add_position_arguments(group) -> None:
+    """``--positions NAME`` and every registered scheme's settings (the names are checked when the
+    model is built, so that a scheme a --user-dir package registers is known by then)."""
+    names = ", ".join(POSITIONS.names())
+    group.add_argument("--positions", metavar="NAME", help="position scheme of the encoder's and decoder's "
+                       f"self-attention: {names} (unset: fairseq's position options)")  # fmt: skip
+    kinds = {"int": int, "float": float, "str": str, "bool": parse_bool}
+    for name, f in POSITION_OPTIONS.items():
+        kind = kinds.get(getattr(f.type, "__name__", f.type), str)
+        help_text = f.metadata.get("help", "")
+        group.add_argument("--" + name.replace("_", "-"), type=kind, help=f"{help_text} (default: {f.default})")
+
+
 def location_defaults(args: Namespace) -> None:
     """The attention options a command line left unset take their defaults, and their sizes the
-    Transformer's (attention size = the decoder's width)."""
+    Transformer's (attention size = the decoder's width); the position scheme's switches are set
+    to match ``--positions`` (``modules/position_schemes.py``)."""
+    resolve_positions(args)
     for name, value in attention_options().items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)

@@ -52,15 +52,15 @@ def sinusoid(positions: torch.Tensor, dim: int, dtype: torch.dtype = torch.float
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
 
 
-def rotate_pairs(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding: rotate the pair (x_j, x_{j+D/2}) by the angle p * w_j.
+def rotate_pairs(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary embedding: rotate the pair (x_j, x_{j+D/2}) by the angle p * w_j, w_j = base^(-2j/D).
 
     ``positions`` broadcasts against ``x[..., 0]``.  <rotate(q, t), rotate(k, i)> depends
     on i - t only.
     """
     half = x.size(-1) // 2
     dtype = torch.promote_types(x.dtype, torch.float32)  # angles of long distances need float32 at least
-    freqs = torch.exp(torch.arange(half, device=x.device, dtype=dtype) * (-math.log(10000.0) / half))
+    freqs = torch.exp(torch.arange(half, device=x.device, dtype=dtype) * (-math.log(base) / half))
     angles = positions.to(dtype).unsqueeze(-1) * freqs
     cos, sin = torch.cos(angles), torch.sin(angles)
     first, second = x[..., :half], x[..., half:]
