@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's check on a machine with a CUDA GPU, as one prepared script (under 8 minutes):
-# the device tests, then the training words/s of three presets against fairseq's own models of
-# their size (examples/gpu_check.py), every figure in one folder (default work/gpu_check).
+# the device tests on the GPU (tests/test_devices.py, the cuda ones), then the training words/s of
+# three presets against fairseq's own models of their size (examples/gpu_check.py), every figure
+# in one folder (default work/gpu_check); the exit status is gpu_check.py's (1: a test failed).
 # Without a GPU it says so and exits 0 having run nothing.
 #   bash examples/gpu_check.sh [OUT_DIR]
 set -euo pipefail
@@ -18,6 +19,8 @@ mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } > "$out/machine.txt"
-timeout 200 "$python" -m pytest -q -p no:cacheprovider tests/test_devices.py 2>&1 | tail -n 5 > "$out/tests.txt" || true
-timeout 260 "$python" examples/gpu_check.py --out "$out/training.tsv" --work "$out/data"
-cat "$out/machine.txt" "$out/tests.txt" "$out/training.tsv"
+status=0
+timeout 460 "$python" examples/gpu_check.py --tests "$out/tests.txt" --out "$out/training.tsv" --work "$out/data" \
+  || status=$?
+cat "$out/machine.txt" "$out/tests.txt" "$out/training.tsv" 2>/dev/null || true
+exit "$status"

@@ -75,16 +75,29 @@ def deletang_split_plans(shortest: int = 1) -> Tuple[SplitPlan, ...]:
 class DeletangTask:
     """How Delétang et al. define one of their tasks: its level of the Chomsky hierarchy ("dcf":
     deterministic context-free, "cs": context-sensitive), the shortest input this project draws,
-    and whether their per-token accuracy counts the position of the termination token that ends
-    the answer (the tasks whose answers vary in length; here it is the EOS)."""
+    whether their per-token accuracy counts the position of the termination token that ends the
+    answer (the tasks whose answers vary in length), and the token that stands for it in the
+    target.  None: the EOS that ends every target stands for it; a token: it is written at the end
+    of every target, before the EOS (Stack Manipulation, whose answer may be empty and a target
+    cannot)."""
 
     level: str
     shortest: int = 1
     scores_termination: bool = False
+    termination_token: Optional[str] = None
+
+    @property
+    def accuracy_key(self) -> str:
+        """The per-token accuracy of a scoring run (``metrics.Tally.as_dict``) that is their
+        measure: the termination's position is the EOS's, or a target token, or not counted."""
+        eos_counted = self.scores_termination and self.termination_token is None
+        return "per_token_accuracy_with_eos" if eos_counted else "per_token_accuracy"
 
 
 DELETANG_TASKS: Dict[str, DeletangTask] = {
     "reverse_string": DeletangTask("dcf"),
+    # the original's output token 2 after the final stack (an empty stack: that token alone)
+    "stack_manipulation": DeletangTask("dcf", scores_termination=True, termination_token="2"),
     "duplicate_string": DeletangTask("cs"),
     "odds_first": DeletangTask("cs"),
     "bucket_sort": DeletangTask("cs"),
@@ -233,6 +246,12 @@ TASKS: Dict[str, TaskFacts] = {
         ),
         # the field beside the paper (not in its tables)
         _deletang_task("reverse_string", "Reverse String", "binary string -> the string reversed", "reversed"),
+        _deletang_task(
+            "stack_manipulation",
+            "Stack Manipulation",
+            "stack of bits and push/pop actions -> the final stack, top first, then 2",
+            None,
+        ),
         _deletang_task("duplicate_string", "Duplicate String", "binary string -> the string twice", "forward"),
         _deletang_task("odds_first", "Odds First", "binary string -> tokens at odd positions, then at even", "forward"),
         _deletang_task("bucket_sort", "Bucket Sort", "string over 0..4 -> the string sorted", None),

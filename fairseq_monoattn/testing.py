@@ -145,9 +145,9 @@ def batch(dictionary: Dictionary, sources, targets=None) -> dict:
 
 def teacher_forced_scores(model, dictionary: Dictionary, src_tokens: torch.Tensor, tokens: torch.Tensor):
     """log p(token_t | tokens_<t, source) from one full (non-incremental) pass of one example
-    (``src_tokens`` (1, S) unpadded, ``tokens`` 1-D ending in EOS)."""
-    prev = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
-    logits, _ = model(src_tokens, torch.tensor([src_tokens.size(1)]), prev)
+    (``src_tokens`` (1, S) unpadded, ``tokens`` 1-D ending in EOS, both on the model's device)."""
+    prev = torch.cat([tokens.new_tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+    logits, _ = model(src_tokens, src_tokens.new_tensor([src_tokens.size(1)]), prev)
     lprobs = model.get_normalized_probs((logits, None), log_probs=True)
     return lprobs[0].gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 

@@ -11,6 +11,8 @@ from fairseq_monoattn.modules import LocationAttention
 from fairseq_monoattn.registry import NORMALIZATIONS, REFERENCES, STEP_ACTIVATIONS
 
 ALL_ARCHS = ["gru_seq2seq"] + list(PRESETS)
+# the devices a test that takes one runs on: the CPU always, the GPU where torch sees one
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 LOCATION_ARCHS = [name for name in PRESETS if PRESETS[name].get("location_attention")]
 
 

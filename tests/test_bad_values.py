@@ -360,7 +360,8 @@ def test_half_precision_without_its_device_is_one_line_before_training_and_fairs
     for flag, named in [
         ("--fp16", "error: --fp16: fairseq trains in float16 on a CUDA device only, and torch has no CUDA device here"),
         ("--bf16", "error: --bf16: fairseq-train's --bf16 implies --tpu, a TPU through torch_xla, which is not "
-                   "installed here; drop --bf16"),
+                   "installed here; drop --bf16 (fairseq-hydra-train's common.bf16=true trains in bfloat16 without "
+                   "a TPU)"),
     ]:  # fmt: skip
         done = command(*train, flag, "--save-dir", tmp_path / flag)
         assert done.returncode == 1 and len(error_lines(done)) == 1, done.stderr[-3000:]

@@ -12,7 +12,14 @@ from fairseq_monoattn.catalog import DELETANG_TASKS, TASKS
 from fairseq_monoattn.data import chomsky
 from fairseq_monoattn.data.common import DataError
 
-TASK_NAMES = ["reverse_string", "duplicate_string", "odds_first", "bucket_sort", "binary_addition"]
+TASK_NAMES = [
+    "reverse_string",
+    "stack_manipulation",
+    "duplicate_string",
+    "odds_first",
+    "bucket_sort",
+    "binary_addition",
+]
 TEST_SPLITS = [f"test{n}" for n in range(50, 501, 50)]
 EXPECTED_SPLITS = {  # split: (size, shortest, longest), as docs/data.md lists them
     "train": (10_000, 1, 40),
@@ -22,6 +29,8 @@ EXPECTED_SPLITS = {  # split: (size, shortest, longest), as docs/data.md lists t
 SHORTEST = {"binary_addition": 3}  # an addition needs `n + m`
 ALPHABETS = {  # (source tokens, target tokens)
     "reverse_string": ({"0", "1"}, {"0", "1"}),
+    # bits, then POP 2, PUSH 0 3, PUSH 1 4 -> bits, then the termination token 2
+    "stack_manipulation": ({"0", "1", "2", "3", "4"}, {"0", "1", "2"}),
     "duplicate_string": ({"0", "1"}, {"0", "1"}),
     "odds_first": ({"0", "1"}, {"0", "1"}),
     "bucket_sort": ({"0", "1", "2", "3", "4"}, {"0", "1", "2", "3", "4"}),
@@ -36,9 +45,22 @@ def little_endian(bits):
     return sum(int(bit) << position for position, bit in enumerate(bits))
 
 
+def run_stack(src):
+    """The final stack as a string, bottom first: the leading bits, then each action."""
+    bits = len(src) - len("".join(src).lstrip("01"))
+    stack = "".join(src[:bits])
+    for action in src[bits:]:
+        assert action in "234", src
+        stack = stack[:-1] if action == "2" else stack + {"3": "0", "4": "1"}[action]
+    return stack
+
+
 def check_rule(task, src, tgt):
     if task == "reverse_string":
         assert tgt == list(reversed(src))
+    elif task == "stack_manipulation":
+        assert src[0] in "01"  # a stack of at least one bit
+        assert tgt == list(reversed(run_stack(src))) + ["2"]
     elif task == "duplicate_string":
         assert tgt == src + src
     elif task == "odds_first":  # 1-based odd positions s1 s3 ..., then s2 s4 ...
@@ -140,6 +162,12 @@ def test_rules_reproduce_the_originals_worked_examples():
     rule = chomsky.RULES
     assert rule["reverse_string"](list("011010"))[1] == list("010110")
     assert rule["reverse_string"](list("123021"))[1] == list("120321")
+    # 0 1 1 0 PUSH 1 POP POP -> 1 1 0, then the termination token
+    assert rule["stack_manipulation"](list("0110422"))[1] == list("1102")
+    # 1 1 0 POP POP POP -> the empty stack: the termination token alone
+    assert rule["stack_manipulation"](list("110222"))[1] == ["2"]
+    # POP on an empty stack does nothing: 1 POP POP PUSH 0 -> 0
+    assert rule["stack_manipulation"](list("1223"))[1] == list("02")
     assert rule["duplicate_string"](list("101"))[1] == list("101101")
     assert rule["odds_first"](list("00110101"))[1] == list("0100" + "0111")
     assert rule["odds_first"](list("110"))[1] == list("10" + "1")
@@ -171,6 +199,46 @@ def test_binary_addition_draws_as_the_original():
     assert 0.25 < high_zero / 4000 < 0.55  # width w: share of numbers < 2^(w-1) is (2^(w-1) - 1) / (2^w - 1)
     with pytest.raises(ValueError, match="at least 3 tokens"):
         chomsky.draw_addition(rng, 2)
+
+
+def test_stack_manipulation_draws_as_the_original():
+    """Length 1 is a lone bit; otherwise the stack's height is uniform in 1..L-1, its bits and the
+    actions (POP, PUSH 0, PUSH 1) uniform."""
+    import random
+
+    rng = random.Random(5)
+    assert {tuple(chomsky.draw_stack(rng, 1)) for _ in range(50)} == {("0",), ("1",)}
+    heights, tokens = Counter(), Counter()
+    for _ in range(4000):
+        drawn = chomsky.draw_stack(rng, 11)
+        assert len(drawn) == 11
+        height = len("".join(drawn).rstrip("234"))
+        assert set(drawn[:height]) <= {"0", "1"} and set(drawn[height:]) <= {"2", "3", "4"}
+        heights[height] += 1
+        tokens.update(drawn)
+    assert sorted(heights) == list(range(1, 11))
+    assert all(300 < n < 500 for n in heights.values()), heights  # 400 each
+    bits, actions = tokens["0"] + tokens["1"], tokens["2"] + tokens["3"] + tokens["4"]
+    assert 0.47 < tokens["1"] / bits < 0.53 and all(0.3 < tokens[a] / actions < 0.36 for a in "234")
+    with pytest.raises(ValueError, match="at least 1 token"):
+        chomsky.draw_stack(rng, 0)
+
+
+def test_stack_manipulation_refuses_a_bit_after_an_action():
+    with pytest.raises(ValueError, match="stack bit '1' after an action at position 3"):
+        chomsky.final_stack(list("0412"))
+    with pytest.raises(ValueError, match="not a stack bit or action: '5'"):
+        chomsky.final_stack(list("015"))
+
+
+def test_empty_stacks_are_the_termination_token_alone(built):
+    """An answer may be the empty stack; its target is `2` (never empty), and train holds such
+    answers at many lengths."""
+    train = built("stack_manipulation")["train"]
+    empty = [ex for ex in train if ex.target == "2"]
+    assert len(empty) > 20 and len({ex.length for ex in empty}) > 5
+    assert all(not run_stack(ex.source.split()) for ex in empty)
+    assert all(ex.target.endswith(" 2") for ex in train if ex not in empty)
 
 
 def test_binary_addition_refuses_test_lengths_below_three(tmp_path):
@@ -205,7 +273,14 @@ def test_catalog_facts():
         facts = TASKS[task]
         assert facts.paper_splits == tuple(TEST_SPLITS) and facts.any_test_length
         assert facts.train_lengths == (SHORTEST.get(task, 1), 40)
-    assert {task for task, facts in DELETANG_TASKS.items() if facts.scores_termination} == {"binary_addition"}
+    scored = {task for task, facts in DELETANG_TASKS.items() if facts.scores_termination}
+    assert scored == {"binary_addition", "stack_manipulation"}
+    # the original's measure: Binary Addition's termination is the EOS, Stack Manipulation's a token
+    keys = {task: facts.accuracy_key for task, facts in DELETANG_TASKS.items()}
+    assert keys == {task: "per_token_accuracy" for task in TASK_NAMES} | {
+        "binary_addition": "per_token_accuracy_with_eos"
+    }
+    assert TASKS["stack_manipulation"].train_lengths == (1, 40) and TASKS["stack_manipulation"].reading is None
     assert TASKS["reverse_string"].reading == "reversed"
 
 
@@ -213,7 +288,8 @@ def all_files(folder: Path):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_prepared_files_are_byte_reproducible(tmp_path, monkeypatch):
+@pytest.mark.parametrize("task", ["bucket_sort", "stack_manipulation"])
+def test_prepared_files_are_byte_reproducible(tmp_path, monkeypatch, task):
     """The same seed writes the same bytes, another seed another train (small splits, the
     protocol's lengths)."""
     from fairseq_monoattn.catalog import SplitPlan
@@ -221,23 +297,23 @@ def test_prepared_files_are_byte_reproducible(tmp_path, monkeypatch):
 
     small = (SplitPlan("train", 300, 1, 40), SplitPlan("valid", 50, 1, 40), SplitPlan("test500", 20, 500, 500))
     monkeypatch.setattr(chomsky, "deletang_split_plans", lambda shortest: small)
-    manifest = prepare("bucket_sort", tmp_path / "first", seed=1)
+    manifest = prepare(task, tmp_path / "first", seed=1)
     assert {name: stats["size"] for name, stats in manifest["splits"].items()} == {
         "train": 300,
         "valid": 50,
         "test500": 20,
     }
-    assert manifest["splits"]["test500"]["max_target_tokens"] == 500
+    assert manifest["splits"]["test500"]["max_source_tokens"] == 500
     for split in small:
         sources = (tmp_path / "first" / "raw" / f"{split.name}.src").read_text().splitlines()
         targets = (tmp_path / "first" / "raw" / f"{split.name}.tgt").read_text().splitlines()
         for src, tgt in zip(sources, targets):
-            check_rule("bucket_sort", src.split(), tgt.split())
+            check_rule(task, src.split(), tgt.split())
     files = all_files(tmp_path / "first")
     assert {name.split("/")[0] for name in files} == {"raw", "bin", "manifest.json"}
-    prepare("bucket_sort", tmp_path / "again", seed=1)
+    prepare(task, tmp_path / "again", seed=1)
     assert all_files(tmp_path / "again") == files
-    prepare("bucket_sort", tmp_path / "seed2", seed=2)
+    prepare(task, tmp_path / "seed2", seed=2)
     other = all_files(tmp_path / "seed2")
     assert other.keys() == files.keys()
     assert other["raw/train.src"] != files["raw/train.src"] and other["raw/test500.src"] != files["raw/test500.src"]

@@ -31,6 +31,7 @@ ALL_TASKS = [
     "scan",
     "cfq",
     "reverse_string",
+    "stack_manipulation",
     "duplicate_string",
     "odds_first",
     "bucket_sort",

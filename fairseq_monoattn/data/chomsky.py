@@ -1,6 +1,7 @@
 """The transduction tasks of Delétang et al. (ICLR 2023), "Neural Networks and the Chomsky
-Hierarchy": Reverse String, Duplicate String, Odds First, Bucket Sort and Binary Addition, the
-tasks of their benchmark that answer with an output sequence, written here from the paper's task
+Hierarchy": Reverse String, Stack Manipulation, Duplicate String, Odds First, Bucket Sort and
+Binary Addition, the tasks of their benchmark that answer with an output sequence, written here
+from the paper's task
 definitions and their repository's (google-deepmind/neural_networks_chomsky_hierarchy,
 ``tasks/dcf/`` and ``tasks/cs/``) vocabularies and sampling.
 
@@ -14,7 +15,9 @@ is this project's form (like the digit tasks).
 
 The original encodes tokens as integers; here they are written as the same digits, and the
 original's termination token (the answer's end, followed by padding that its accuracy masks out)
-is the EOS that fairseq appends to every target.
+is the EOS that fairseq appends to every target, except in Stack Manipulation: its answer, the
+final stack, is empty when the actions pop every bit, and a target cannot be empty, so there the
+termination token is written out (``catalog.DELETANG_TASKS[task].termination_token``).
 """
 
 import functools
@@ -31,6 +34,10 @@ BITS = ("0", "1")
 BUCKET_SORT_TOKENS = tuple(str(d) for d in range(5))
 # Binary Addition's operator between the two numbers (the original's input token 2).
 PLUS = "+"
+# Stack Manipulation's actions, the original's input tokens 2, 3 and 4.
+POP, PUSH_ZERO, PUSH_ONE = "2", "3", "4"
+STACK_ACTIONS = (POP, PUSH_ZERO, PUSH_ONE)
+PUSHED = {PUSH_ZERO: "0", PUSH_ONE: "1"}
 
 
 # --- the rules --------------------------------------------------------------------------
@@ -63,8 +70,29 @@ def binary_sum(expression: Sequence[str]) -> Tokens:
     return little_endian_bits(little_endian_value(first) + little_endian_value(second))
 
 
+def final_stack(tokens: Sequence[str]) -> Tokens:
+    """The stack that ``tokens`` leave, top first, then the termination token: ``tokens`` are a
+    stack of bits given bottom first, then actions run left to right (POP takes the top bit off,
+    and does nothing on an empty stack; PUSH 0 and PUSH 1 put that bit on top)."""
+    stack: Tokens = []
+    for position, token in enumerate(tokens):
+        if token in BITS:
+            if position and tokens[position - 1] not in BITS:
+                raise ValueError(f"stack bit {token!r} after an action at position {position + 1}")
+            stack.append(token)
+        elif token == POP:
+            if stack:
+                stack.pop()
+        elif token in PUSHED:
+            stack.append(PUSHED[token])
+        else:
+            raise ValueError(f"not a stack bit or action: {token!r}")
+    return stack[::-1] + [DELETANG_TASKS["stack_manipulation"].termination_token]
+
+
 RULES: Dict[str, Rule] = {
     "reverse_string": lambda x: (list(x), x[::-1]),
+    "stack_manipulation": lambda x: (list(x), final_stack(x)),
     "duplicate_string": lambda x: (list(x), list(x) + list(x)),
     "odds_first": lambda x: (list(x), odds_first(x)),
     "bucket_sort": lambda x: (list(x), sorted(x)),  # one-character tokens: text order is number order
@@ -88,8 +116,19 @@ def draw_addition(rng: random.Random, length: int) -> Tokens:
     return little_endian_bits(first, first_width) + [PLUS] + little_endian_bits(second, second_width)
 
 
+def draw_stack(rng: random.Random, length: int) -> Tokens:
+    """A stack and its actions in ``length`` tokens, as the original draws them: one token is a
+    lone bit (a stack and no actions); otherwise the stack's height is uniform in 1..length-1, each
+    of its bits uniform, and each of the other tokens an action uniform over POP, PUSH 0, PUSH 1."""
+    if length < 1:
+        raise ValueError(f"a stack needs at least 1 token, got {length}")
+    height = 1 if length == 1 else rng.randint(1, length - 1)
+    return [rng.choice(BITS) for _ in range(height)] + [rng.choice(STACK_ACTIONS) for _ in range(length - height)]
+
+
 DRAWS: Dict[str, Draw] = {
     "reverse_string": uniform_tokens(BITS),
+    "stack_manipulation": draw_stack,
     "duplicate_string": uniform_tokens(BITS),
     "odds_first": uniform_tokens(BITS),
     "bucket_sort": uniform_tokens(BUCKET_SORT_TOKENS),
@@ -116,6 +155,7 @@ def builder_for(task: str) -> TaskBuilder:
 
 
 build_reverse_string = builder_for("reverse_string")
+build_stack_manipulation = builder_for("stack_manipulation")
 build_duplicate_string = builder_for("duplicate_string")
 build_odds_first = builder_for("odds_first")
 build_bucket_sort = builder_for("bucket_sort")

@@ -150,8 +150,9 @@ def check_precision(cfg: LengthGeneralizationConfig) -> None:
     """Refuse a half precision fairseq cannot train in here, before any work: --fp16 without a CUDA
     device, fairseq's FP16Optimizer failing once training starts ('Torch not compiled with CUDA');
     --bf16 on a TPU (fairseq-train's --bf16 implies --tpu) without torch_xla, the trainer failing
-    ('NoneType' object has no attribute 'xla_device').  bfloat16 without --tpu (hydra's
-    common.bf16=true) trains on the CPU and is left alone."""
+    ('NoneType' object has no attribute 'xla_device').  Everything else is fairseq's to run: --fp16
+    on a CUDA device, bfloat16 without --tpu (hydra's common.bf16=true) on the CPU or a GPU, --bf16
+    with torch_xla."""
     import torch
     from fairseq import utils as fairseq_utils
 
@@ -162,7 +163,7 @@ def check_precision(cfg: LengthGeneralizationConfig) -> None:
     if _common_flag(cfg, "bf16") and _common_flag(cfg, "tpu") and getattr(fairseq_utils, "xm", None) is None:
         raise TaskOptionError(
             "--bf16: fairseq-train's --bf16 implies --tpu, a TPU through torch_xla, which is not installed here; "
-            "drop --bf16"
+            "drop --bf16 (fairseq-hydra-train's common.bf16=true trains in bfloat16 without a TPU)"
         )
 
 
