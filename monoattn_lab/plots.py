@@ -10,8 +10,9 @@ import re
 from pathlib import Path
 from typing import Dict, List, Sequence, Union
 
-from ..attention_plots import pyplot
-from ..catalog import TASKS, title
+from fairseq_monoattn.attention_plots import pyplot
+from fairseq_monoattn.catalog import TASKS, title
+
 from .aggregate import collect
 from .runs import DEFAULT_VARIANT
 

@@ -31,14 +31,15 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ..files import write_json_atomic
-from ..recipes import TASK_DEFAULTS, dataset_options, recipe_options
+import fairseq_monoattn
+from fairseq_monoattn.files import write_json_atomic
+from fairseq_monoattn.recipes import TASK_DEFAULTS, dataset_options, recipe_options
 
 RECORD_VERSION = 1
 # per test split; records made before the scorer counted cut-short and overran outputs lack those two
 RECORDED_SCORES = ("size", "correct", "accuracy", "mean_edit_distance", "cut_short", "overran")
 DEFAULT_VARIANT = "default"
-PLUGIN_DIR = Path(__file__).resolve().parents[1]  # the fairseq_monoattn package, for --user-dir
+PLUGIN_DIR = Path(fairseq_monoattn.__file__).resolve().parent  # the plugin's package, for --user-dir
 
 
 class RunError(RuntimeError):
@@ -88,7 +89,7 @@ class RunSpec:
         return Path(work) / "runs" / self.task / self.arch / self.variant / name
 
     def data_dir(self, work: Path) -> Path:
-        from ..data.writer import DATA_FORMAT_VERSION
+        from fairseq_monoattn.data.writer import DATA_FORMAT_VERSION
 
         return Path(work) / "data" / f"{self.task}-data{self.data_seed}-v{DATA_FORMAT_VERSION}"
 
@@ -116,8 +117,8 @@ def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) ->
     """The prepared data folder of the spec's task and data seed (prepared here if missing;
     concurrent runs wait on a lock instead of preparing it twice).  ``data_dir``: the source data
     of a task the repository does not ship (CFQ), read only when the folder is not prepared yet."""
-    from ..data.common import DataError
-    from ..data.prepare import prepare
+    from fairseq_monoattn.data.common import DataError
+    from fairseq_monoattn.data.prepare import prepare
 
     folder = spec.data_dir(work)
     with file_lock(Path(work) / "data" / f".{folder.name}.lock"):
@@ -286,7 +287,7 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
                 + f"; see {run_dir / 'stdout.log'}"
             )
         log(f"[{spec.key}] scoring checkpoint_best.pt")
-        from ..scoring import score  # torch and fairseq: not for the commands that only plan runs
+        from fairseq_monoattn.scoring import score  # torch and fairseq: not for the commands that only plan runs
 
         start = time.time()
         score(
@@ -401,7 +402,7 @@ def model_differences(trained: dict, planned: dict) -> Dict[str, tuple]:
     """{option: (trained value, planned value)} over the options either model reads.  An option
     the trained config lacks (it predates the option) counts as its base default, since every
     option was added with the old behaviour as its default."""
-    from ..models.options import option_defaults, unused_options
+    from fairseq_monoattn.models.options import option_defaults, unused_options
 
     trained = {**option_defaults(), **trained}
     no_op = unused_options(trained) & unused_options(planned)  # e.g. the mix temperature of OneStep
@@ -510,7 +511,7 @@ def training_code(output: Path) -> Optional[List[str]]:
     """The code the decoder's training passes ran (``compiled.training_code``), as the training's
     output says it: one line per fairseq-train process (a resumed run has several), each value
     once in the order first seen; None where no line says it."""
-    from ..modules.compiled import TRAINING_CODE_LINE
+    from fairseq_monoattn.modules.compiled import TRAINING_CODE_LINE
 
     if not output.exists():
         return None
@@ -527,7 +528,7 @@ def trained_model_config(checkpoint: Path) -> dict:
     defaults of the day included), and the task options that change training."""
     import torch
 
-    from ..checkpoint_classes import reading_fairseq_checkpoints
+    from fairseq_monoattn.checkpoint_classes import reading_fairseq_checkpoints
 
     try:
         with reading_fairseq_checkpoints():  # a Transformer's options
@@ -546,8 +547,8 @@ def planned_model_config(command: List[str]) -> dict:
     task options that change training.  Read without fairseq for the plugin's own presets (the
     same values fairseq's parser gives, see :func:`parsed_model_config`); a user's preset is
     read by fairseq's parser after importing the command's --user-dir."""
-    from ..models.options import explicit_options, resolved_options
-    from ..models.presets import PRESETS
+    from fairseq_monoattn.models.options import explicit_options, resolved_options
+    from fairseq_monoattn.models.presets import PRESETS
 
     arch = _value_of(command, "--arch")
     user_dir = _value_of(command, "--user-dir")
@@ -574,8 +575,6 @@ def _value_of(command: List[str], option: str) -> Optional[str]:
 def parsed_model_config(command: List[str]) -> dict:
     """:func:`planned_model_config` as fairseq's own parser reads the command (imports fairseq,
     and the command's --user-dir)."""
-    import fairseq_monoattn
-
     fairseq_monoattn.register()
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -616,8 +615,6 @@ def _model_option_names(arch: str) -> set:
 
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    import fairseq_monoattn
-
     fairseq_monoattn.register()
     parser = argparse.ArgumentParser(add_help=False)
     ARCH_MODEL_REGISTRY[arch].add_args(parser)
@@ -628,8 +625,8 @@ def environment() -> dict:
     import fairseq
     import torch
 
-    from .. import __version__
-    from ..modules import compiled
+    from fairseq_monoattn import __version__
+    from fairseq_monoattn.modules import compiled
 
     # the vector instructions torch's CPU kernels use (e.g. AVX2, AVX512) round sums differently
     return {
@@ -648,7 +645,7 @@ def environment() -> dict:
 def plugin_commit() -> Optional[str]:
     """The git commit of the checkout the plugin runs from, with "+changes" when its package
     folder differs from it; None for an installed copy (no git checkout around it)."""
-    package = Path(__file__).resolve().parents[1]
+    package = PLUGIN_DIR
     head = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode != 0:
         return None

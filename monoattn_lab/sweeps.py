@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, TASKS
+from fairseq_monoattn.catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, TASKS
+
 from .runs import RunError, RunSpec, read_records, run_seconds
 
 MAX_EPOCH = 25

@@ -1,6 +1,6 @@
 """One run in its own process (what the local launcher starts):
 
-python -m fairseq_monoattn.experiments.worker SPEC_JSON WORK RESULTS
+python -m monoattn_lab.worker SPEC_JSON WORK RESULTS
 
 Before anything else the worker imports what fairseq-train needs and forks the child that will
 train (:class:`~.processes.ForkedTraining`), so the run's training starts without importing torch

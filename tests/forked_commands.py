@@ -16,8 +16,13 @@ What a child shares with the server and a new process would not: torch and fairs
 already (their import-time output is not seen) and start-up-only settings (``OMP_NUM_THREADS``,
 ``PYTHONPATH``, ``LD_PRELOAD``): the tests of those start real processes.  Without ``os.fork``
 the commands run as processes.
+
+The plugin's and the lab's own commands are run as the checkout's setup.py declares them (its
+``console_scripts``), not as the installed wrappers say: a checkout whose commands moved since
+``make install`` runs its own.
 """
 
+import ast
 import atexit
 import json
 import os
@@ -29,9 +34,10 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 # What every forked command gets (the same as tests/test_faults.py's commands): one thread,
 # Python's warnings off so that a command's error is its only line.
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
@@ -58,10 +64,30 @@ def command(name: str, *argv, cwd=None, env=None, timeout: float = 600) -> subpr
     return _server.run(name, [str(a) for a in argv], cwd=cwd, env=environment, timeout=timeout)
 
 
+def project_scripts() -> Dict[str, str]:
+    """{command: "module:function"}: the console scripts this checkout's setup.py declares."""
+    for node in ast.walk(ast.parse((REPO / "setup.py").read_text())):
+        if isinstance(node, ast.keyword) and node.arg == "entry_points":
+            entries = ast.literal_eval(node.value)["console_scripts"]
+            return dict((part.strip() for part in entry.split("=", 1)) for entry in entries)
+    raise RuntimeError(f"{REPO / 'setup.py'} declares no entry_points")
+
+
+def script_argv(name: str) -> List[str]:
+    """The command line of console script ``name``: for the checkout's own commands, its entry
+    point run as the installed wrapper runs it; any other, the installed script."""
+    target = project_scripts().get(name)
+    if target is None:
+        return [str(BIN / name)]
+    module, function = target.split(":")
+    code = f"import sys; from {module} import {function}; sys.argv[0] = {str(BIN / name)!r}; sys.exit({function}())"
+    return [sys.executable, "-c", code]
+
+
 def new_process(name: str, *argv, cwd=None, env=None, timeout: Optional[float] = 600) -> subprocess.CompletedProcess:
     """:func:`command` as a new process, always."""
     return subprocess.run(
-        [str(BIN / name), *map(str, argv)],
+        [*script_argv(name), *map(str, argv)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -152,6 +178,8 @@ def _serve(requests: int, replies: int) -> None:
         for module in FAIRSEQ_LIBRARIES:
             importlib.import_module(module)
         scripts = {entry.name: entry for entry in importlib.metadata.entry_points(group="console_scripts")}
+        for name, target in project_scripts().items():  # the checkout's, as setup.py declares them
+            scripts[name] = importlib.metadata.EntryPoint(name, target, "console_scripts")
         # a console script's module search path: its own folder, then the interpreter's (not the
         # folders pytest put first)
         fresh = subprocess.run(

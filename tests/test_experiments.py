@@ -15,18 +15,6 @@ import pytest
 from fairseq_cli_helpers import tiny_spec, with_tiny_data
 
 from fairseq_monoattn.experiments import aggregate, compare, launch
-from fairseq_monoattn.experiments.runs import (
-    RECORDED_SCORES,
-    RunError,
-    RunSpec,
-    check_checkpoint_matches,
-    load_records,
-    planned_model_config,
-    run,
-    run_seconds,
-    train_command,
-    training_options,
-)
 from fairseq_monoattn.metrics import (
     Tally,
     edit_distance,
@@ -38,6 +26,18 @@ from fairseq_monoattn.metrics import (
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
+from monoattn_lab.runs import (
+    RECORDED_SCORES,
+    RunError,
+    RunSpec,
+    check_checkpoint_matches,
+    load_records,
+    planned_model_config,
+    run,
+    run_seconds,
+    train_command,
+    training_options,
+)
 
 EOS = 2
 
@@ -432,7 +432,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "fairseq_monoattn.experiments.worker",
+        "monoattn_lab.worker",
         launch.spec_to_json(spec),
         str(work),
         str(results),
@@ -499,7 +499,7 @@ FORKED_TRAINING_SCRIPT = """
 import json, sys, time
 from pathlib import Path
 from fairseq_monoattn.experiments import runs
-from fairseq_monoattn.experiments.processes import ForkedTraining
+from monoattn_lab.processes import ForkedTraining
 
 program, folder = sys.argv[1], Path(sys.argv[2])
 unused = ForkedTraining(program)
@@ -585,8 +585,8 @@ def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp
 def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, tmp_path, capsys):
     """A record trained under another default than its command builds today is named, with what
     changed, and nothing is written; an option the model does not read does not count."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     _, results, spec, record = finished
     moved = tmp_path / "results"
@@ -631,8 +631,8 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
 def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what_it_lacks(tmp_path, capsys):
     """--task and --arch keep exactly the cells of both lists, in the sweep's order; a name the
     sweep does not have is an error naming the option and the name."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
-    from fairseq_monoattn.experiments.sweeps import get_sweep
+    from monoattn_lab.cli.sweep import main as sweep_main
+    from monoattn_lab.sweeps import get_sweep
 
     table2 = get_sweep("table2")
     narrowed = table2.only(["inv_reverse_recopy", "recopy"], ["gru_rmonoattn", "gru_monoattn"])
@@ -678,8 +678,8 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
 def write_accuracy_record(results, task, arch, seed, accuracy, splits):
     """A scripted record of the default variant at the sweeps' budget: ``accuracy`` on every one of
     ``splits``."""
-    from fairseq_monoattn.experiments.runs import RunSpec
-    from fairseq_monoattn.experiments.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
+    from monoattn_lab.runs import RunSpec
+    from monoattn_lab.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
 
     path = RunSpec(task, arch, seed=seed).record_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -707,7 +707,7 @@ def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(
     records: OneStep on Copy (the paper 100 everywhere) at 100 / 90 / 0 is "partial"; with seed 4
     at 100 the four-seed median is 95, "solved", yet seed 5 is still planned.  Content (the paper 0)
     at 0 agrees and gets no extra seed."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     def write(arch, seed, accuracy):
         write_accuracy_record(tmp_path, "copy", arch, seed, accuracy, ("test15", "test30", "test100"))
@@ -736,7 +736,7 @@ def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_p
     """On SCAN the tables judge a model by its mean against the paper's mean ± 2 std, and the extra
     seeds go where they say **no**: MonoAttn (the paper 14.98 ± 0.15) at 16.53 / 14.80 / 15.64, mean
     15.65, is 0.67 above and outside ±0.30; Content (17.61 ± 4.07) at 12 / 14 / 16 is inside."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     def write(arch, seed, accuracy):
         write_accuracy_record(tmp_path, "scan", arch, seed, accuracy, ("test",))
@@ -770,9 +770,9 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     from pathlib import Path
 
     from fairseq_monoattn.catalog import TABLES
-    from fairseq_monoattn.cli.sweep import main as sweep_main
-    from fairseq_monoattn.experiments.runs import prepared_data
-    from fairseq_monoattn.experiments.sweeps import get_sweep
+    from monoattn_lab.cli.sweep import main as sweep_main
+    from monoattn_lab.runs import prepared_data
+    from monoattn_lab.sweeps import get_sweep
 
     sweep = get_sweep("table3-cfq")
     assert list(sweep.cells) == [cell for cell in TABLES["table3-scan"] if cell[0] == "cfq"]
@@ -809,8 +809,8 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     """A run that finishes after its sweep was stopped writes a record nobody commits; the next
     ``run --commit`` finds exactly the records of its own runs that git lacks or has changed, and
     commits each alone.  Other files (another sweep's record, a staged note) stay as they are."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
-    from fairseq_monoattn.experiments.git_records import commit_record, uncommitted_records
+    from monoattn_lab.cli.sweep import main as sweep_main
+    from monoattn_lab.git_records import commit_record, uncommitted_records
 
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True).stdout
@@ -861,7 +861,7 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
 
 @pytest.mark.long(19)
 def test_comparison_puts_variants_side_by_side(tmp_path):
-    from fairseq_monoattn.cli.common import parse_variant
+    from monoattn_lab.cli.common import parse_variant
 
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([parse_variant("a="), parse_variant("b=--linear-init xavier")])
@@ -1066,7 +1066,7 @@ def test_dedupe_runs_keep_the_source_end_marker_unless_a_variant_drops_it(tmp_pa
 def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
     """The Transformer presets go through runs and records too: the record keeps the model's own
     options (not the whole command line), and its command plans the same model."""
-    from fairseq_monoattn.experiments.runs import outdated_records
+    from monoattn_lab.runs import outdated_records
 
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(arch="transformer_onestep", max_epoch=1))
@@ -1084,7 +1084,7 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
     """aggregate --compare-variants: per cell with records of at least two of the variants named,
     the median at the paper's lengths and the seeds solved everywhere ("not run" for a variant
     without records); a cell of one variant alone is left out."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     def write(task, arch, variant, seed, accuracies):
         splits = ("test15", "test30", "test100")
@@ -1120,7 +1120,7 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     medians reaches another verdict; then how the cells where the plugin differs divide (the release
     differs too, both split by seed, no run of the plugin agrees, shares apart, not run)."""
     from fairseq_monoattn.catalog import paper_value
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     splits = ("test15", "test30", "test100")
     plugin, release = tmp_path / "plugin", tmp_path / "release"
@@ -1200,7 +1200,7 @@ def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
     """aggregate --against: the runs both folders have (task, model, variant, seed), a row for each
     run whose verdict changed at a paper length, the count of kept runs and run-lengths, each set's
     runs with the paper's verdict, and each set's CPU-hours; runs in only one folder are left out."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     def write(folder, rows):
         for row in rows:
@@ -1246,7 +1246,7 @@ def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
 def test_fishers_exact_test_gives_the_textbook_values():
     """Two-sided p: the lady tasting tea (3 of 3 against 0 of 3: 2 / 20), 5 of 5 against 0 of 5
     (2 / 252), Fisher's own [[1, 9], [11, 3]] (0.002759), and 1 for tables as likely as any."""
-    from fairseq_monoattn.experiments.aggregate import fisher_exact
+    from monoattn_lab.aggregate import fisher_exact
 
     assert fisher_exact(3, 0, 0, 3) == pytest.approx(0.1)
     assert fisher_exact(5, 0, 0, 5) == pytest.approx(2 / 252)
@@ -1258,7 +1258,7 @@ def test_fishers_exact_test_gives_the_textbook_values():
 def test_a_sweep_writes_to_its_own_results_folder_unless_told(tmp_path, monkeypatch, capsys):
     """The paper's sweeps default to results/paper (what aggregate tables), the Transformer's to
     results/transformer, so that they never mix into the paper's tables; --results overrides both."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     monkeypatch.chdir(tmp_path)
     for sweep, folder in (("table2", "results/paper"), ("transformer", "results/transformer")):
@@ -1322,7 +1322,7 @@ def test_a_budget_seed_or_job_count_that_means_something_else_is_a_usage_error_b
     import importlib
 
     monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(f"fairseq_monoattn.cli.{argv[0]}").main
+    main = importlib.import_module(f"monoattn_lab.cli.{argv[0]}").main
     with pytest.raises(SystemExit) as stopped:
         main(argv[1:] + ["--work", "w", "--results", "r"])
     assert stopped.value.code == 2
@@ -1338,7 +1338,7 @@ def test_the_smoke_sweep_runs_in_a_folder_whose_results_hold_the_papers_runs_of_
     """In the repository root, results/paper holds the 25-epoch runs of the smoke sweep's cells: the
     smoke sweep's one-epoch records go to WORK/smoke-results and the paper's are left alone; the
     status of the smoke sweep over results/paper does not count a paper run as its own."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     monkeypatch.chdir(tmp_path)
     smoke = tiny_spec(seed=1, max_epoch=1)
@@ -1367,8 +1367,8 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
     count the run once, and a run whose place holds another run's record is not taken as done."""
     import shutil
 
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
-    from fairseq_monoattn.experiments.runs import read_records
+    from monoattn_lab.cli.aggregate import main as aggregate_main
+    from monoattn_lab.runs import read_records
 
     _, results, spec, record = finished
     copy = tmp_path / "results"
@@ -1410,7 +1410,7 @@ def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tab
     """docs/experiments.md's three steps for a refused record (move it, set its variant, add the
     options the refusal lists): aggregate then tables it under the new variant, and a run of that
     variant with those options takes it as done; moved but not edited, it is named and left out."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     _, _, spec, record = finished
     results = tmp_path / "results"
@@ -1499,14 +1499,14 @@ def test_ctrl_c_stops_a_sweep_cleanly_and_the_same_command_resumes_it(tmp_path):
     """SIGINT to the command's process group (a Ctrl-C at the terminal) while a run trains: no
     traceback, a line saying it was interrupted, what has records and how to resume, exit status
     130; the same command then finishes every run."""
-    from forked_commands import THREAD_ENV
+    from forked_commands import THREAD_ENV, script_argv
 
     work, results = tmp_path / "work", tmp_path / "results"
     specs = with_tiny_data(work, *(tiny_spec(seed=seed, max_epoch=4) for seed in (1, 2)))
     argv = ["copy", "--arch", "gru_onestep", "--seeds", "1", "2", "--max-epoch", "4", "--stop-after-perfect", "0",
             "--work", str(work), "--results", str(results)]  # fmt: skip
     runner = subprocess.Popen(
-        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        [*script_argv("fairseq-monoattn-run"), *argv],
         env=dict(os.environ, **THREAD_ENV),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -1531,7 +1531,7 @@ def test_ctrl_c_stops_a_sweep_cleanly_and_the_same_command_resumes_it(tmp_path):
     assert not any(s.record_path(results).exists() for s in specs)
     assert not (specs[1].run_dir(work) / "worker.log").exists()  # never started
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        [*script_argv("fairseq-monoattn-run"), *argv],
         env=dict(os.environ, **THREAD_ENV),
         capture_output=True,
         text=True,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_monoattn.experiments.aggregate import BEGIN, END, render
-from fairseq_monoattn.experiments.runs import read_records
+from monoattn_lab.aggregate import BEGIN, END, render
+from monoattn_lab.runs import read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

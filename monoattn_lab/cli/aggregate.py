@@ -100,8 +100,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not args.results.is_dir():
         parser.error(f"--results {args.results}: no such folder")
-    from ..experiments.aggregate import render, update_file
-    from ..experiments.runs import (
+    from ..aggregate import render, update_file
+    from ..runs import (
         describe_differences,
         outdated_records,
         pinning_options,
@@ -126,8 +126,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          f"there are seeds {found}")  # fmt: skip
         records = kept
     if args.release:
-        from ..experiments.aggregate import read_release_records, release_table
-        from ..experiments.runs import RecordError
+        from ..aggregate import read_release_records, release_table
+        from ..runs import RecordError
 
         records_of_variant(parser, args, records)
         try:
@@ -137,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
         return 1 if problems else 0
     if args.against:
-        from ..experiments.aggregate import rerun_table
+        from ..aggregate import rerun_table
 
         if not args.against.is_dir():
             parser.error(f"--against {args.against}: no such folder")
@@ -147,11 +147,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(rerun_table(records, earlier, args.variant))
         return 1 if problems or earlier_problems else 0
     if args.compare_variants:
-        from ..experiments.aggregate import variants_table
+        from ..aggregate import variants_table
 
         text = variants_table(records, args.compare_variants)
         if args.plots is not None:
-            from ..experiments.plots import plot_all
+            from ..plots import plot_all
 
             paths = plot_all(records, args.plots, args.compare_variants)
             text += "\n\nAccuracy against length: " + ", ".join(str(path) for path in paths) + "\n"
@@ -176,7 +176,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     plots = []
     if args.plots is not None:  # linked relative to the file the tables go to
-        from ..experiments.plots import plot_all
+        from ..plots import plot_all
 
         base = args.update.parent if args.update else Path(".")
         plots = [os.path.relpath(path, base) for path in plot_all(records, args.plots, args.variant)]
