@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from fairseq_cli_helpers import tiny_spec, with_tiny_data
 
-from fairseq_monoattn.experiments import aggregate, compare, launch
 from fairseq_monoattn.metrics import (
     Tally,
     edit_distance,
@@ -26,6 +25,7 @@ from fairseq_monoattn.metrics import (
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
+from monoattn_lab import aggregate, compare, launch
 from monoattn_lab.runs import (
     RECORDED_SCORES,
     RunError,
@@ -461,7 +461,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
 def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
     """A run killed before it ends keeps the time it trained: the time so far (over what earlier
     parts took) is written every TIMING_INTERVAL seconds, not only at the end."""
-    from fairseq_monoattn.experiments import runs
+    from monoattn_lab import runs
 
     monkeypatch.setattr(runs, "TIMING_INTERVAL", 0.2)
     timing_file = tmp_path / "timing.json"
@@ -484,7 +484,7 @@ def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
 def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
     """The count recorded is the one the child process really has, and a resumed run adds its own
     to the counts of its earlier parts."""
-    from fairseq_monoattn.experiments import runs
+    from monoattn_lab import runs
 
     child = "import torch; print(torch.get_num_threads())"
     timing = {"training_seconds": 0.0, "threads": [97]}
@@ -498,7 +498,7 @@ def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
 FORKED_TRAINING_SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from fairseq_monoattn.experiments import runs
+from monoattn_lab import runs
 from monoattn_lab.processes import ForkedTraining
 
 program, folder = sys.argv[1], Path(sys.argv[2])
@@ -1001,7 +1001,7 @@ def test_each_task_with_a_reading_direction_starts_its_output_at_that_end():
 
 
 def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_path):
-    from fairseq_monoattn.experiments import plots
+    from monoattn_lab import plots
 
     records = [
         record("recopy", "gru_onestep", seed, {"test15": a15, "test100": a100, "test_iid": 100})
@@ -1446,7 +1446,7 @@ def test_a_write_that_finds_the_disk_full_is_named_by_the_worker_with_its_file(f
     import errno
     import shutil
 
-    from fairseq_monoattn.experiments import runs, worker
+    from monoattn_lab import runs, worker
 
     work, results, spec, _ = finished
     copy = tmp_path / "work"
