@@ -1,19 +1,36 @@
-"""Child processes that do not outlive their parent: a run's worker stops when its launcher
-dies (killed, even with SIGKILL), and fairseq-train stops when its worker dies, so stopping a
-sweep never leaves trainings running on; an interrupted run resumes from its last checkpoint."""
+"""Child processes of the lab: ones that do not outlive their parent, and the one fork server.
 
+A run's worker stops when its launcher dies (killed, even with SIGKILL), and fairseq-train stops
+when its worker dies, so stopping a sweep never leaves trainings running on; an interrupted run
+resumes from its last checkpoint.
+
+:class:`CommandServer` runs console scripts without paying Python's and fairseq's start-up
+(3-5 CPU-seconds) for each: a process forked from one that has imported what the commands import
+and done no tensor work yet (a process forked after torch has started its OpenMP threads hangs in
+its first parallel operation) forks one child per command, which runs the script's own entry
+point as a new process would: its arguments, folder, environment and a console script's module
+search path, its output in files, its exit code as the script's.  The local worker trains its run
+through one (fairseq-train without importing torch and fairseq a second time); the tests start
+their commands through one (tests/forked_commands.py).
+"""
+
+import atexit
 import ctypes
+import importlib
 import json
+import logging
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
-import traceback
 import warnings
-from typing import Callable, List, Optional
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_NAME = 15  # linux/prctl.h: the name ps and top show
 
 
 def die_with_parent() -> Optional[Callable[[], None]]:
@@ -32,7 +49,6 @@ def die_with_parent() -> Optional[Callable[[], None]]:
     return set_death_signal
 
 
-PR_SET_NAME = 15  # linux/prctl.h: the name ps and top show
 # what fairseq-train imports that takes its start-up time (torch, fairseq's tasks, models, criterions)
 FAIRSEQ_TRAIN_MODULES = (
     "fairseq.options",
@@ -42,124 +58,231 @@ FAIRSEQ_TRAIN_MODULES = (
     "fairseq.trainer",
     "fairseq.checkpoint_utils",
 )
-
-
-class ForkedTraining:
-    """fairseq-train as a child forked from a process that has imported what fairseq-train
-    imports and done nothing else yet, so a run does not pay fairseq's start-up (3-5 CPU-seconds)
-    twice, once for its worker and once for its training.
-
-    The child is forked when this object is made, before the worker does any work (no tensor
-    operation yet: a process forked after torch has started its OpenMP threads hangs in its first
-    parallel operation), and waits on a pipe; :meth:`start` sends it the command line and the log
-    file, and it runs fairseq-train's own entry point (``fairseq_cli.train.cli_main``) on them, as
-    the console script would, with its output in the log file and its name ``fairseq-train``.
-    It gets SIGTERM when the worker ends, as a child started with :func:`die_with_parent` does.
-    One use: a second command, or another program, is not served (:meth:`serves`)."""
-
-    def __init__(self, program: str):
-        self.program = program
-        read, self._pipe = os.pipe()
-        set_death_signal = die_with_parent()  # made here: it names this process as the parent
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            os.close(self._pipe)
-            _serve_training(read, set_death_signal)
-        os.close(read)
-        self.started = False
-
-    def serves(self, command: List[str]) -> bool:
-        return not self.started and bool(command) and command[0] == self.program
-
-    def start(self, command: List[str], log_path: str) -> "ForkedProcess":
-        if not self.serves(command):
-            raise ValueError(f"this forked fairseq-train does not serve {command[:1]} (used, or another program)")
-        message = json.dumps({"argv": list(command), "log": str(log_path)}).encode()
-        os.write(self._pipe, message)  # a pipe takes 64 KiB unread: a command line is far less
-        os.close(self._pipe)
-        self.started = True
-        return ForkedProcess(self.pid)
-
-    def close(self) -> None:
-        """Let an unused child go (it exits when the pipe closes without a command)."""
-        if not self.started:
-            os.close(self._pipe)
-            self.started = True
-            os.waitpid(self.pid, 0)
-
-
-class ForkedProcess:
-    """The part of ``subprocess.Popen`` a run uses: ``wait(timeout)``, the exit code (negative:
-    the signal that ended it)."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.returncode: Optional[int] = None
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            pid, status = os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-            elif time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired("fairseq-train", timeout)
-            else:
-                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-        return self.returncode
-
-
-def _serve_training(read: int, set_death_signal: Optional[Callable[[], None]]) -> None:
-    """The forked child: wait for the command, run fairseq-train on it, exit with its code."""
-    code = 1
-    try:
-        if set_death_signal is not None:
-            set_death_signal()
-        chunks = []
-        while True:
-            chunk = os.read(read, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(read)
-        if not chunks:  # no training for this run
-            os._exit(0)
-        message = json.loads(b"".join(chunks))
-        if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, b"fairseq-train")
-        log = os.open(message["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.environ["PYTHONWARNINGS"] = "ignore"  # as the worker's fairseq-train command gets it
-        warnings.simplefilter("ignore")
-        sys.argv = message["argv"]
-        from fairseq_cli.train import cli_main  # the console script's entry point
-
-        cli_main()
-        code = 0
-    except KeyboardInterrupt:  # Ctrl-C: the worker says so; the run resumes from its last checkpoint
-        code = 130
-    except SystemExit as exit:  # argparse errors, fairseq's own exits
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        if not isinstance(exit.code, (int, type(None))):
-            print(exit.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+FAIRSEQ_TRAIN = {"fairseq-train": "fairseq_cli.train:cli_main"}  # fairseq's console script and its entry point
 
 
 def preload_fairseq_train() -> None:
     """Import what fairseq-train imports, without the logging set-up of its script."""
-    import importlib
-
     for name in FAIRSEQ_TRAIN_MODULES:
         importlib.import_module(name)
+
+
+def console_scripts() -> Dict[str, str]:
+    """{name: "module:function"} of this environment's installed console scripts."""
+    import importlib.metadata
+
+    return {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
+
+
+class CommandServer:
+    """The creator's end of a fork server: commands go down one pipe, each child's pid and then
+    its exit code come up another.  The server runs one command at a time, ends when the pipe is
+    closed (:meth:`close`) and, on Linux, with its creator (its children with it).
+
+    ``scripts``: {console script name: "module:function"}, the commands it runs, found by the
+    name of a command's program (its first word's last part).  ``imports``: modules the server
+    imports after the fork (its creator stays without them); ``quiet``: the server's own output
+    (import-time notes) goes nowhere (a command's goes to its files either way)."""
+
+    def __init__(self, scripts: Mapping[str, str], imports: Sequence[str] = (), quiet: bool = False):
+        self.scripts = dict(scripts)
+        request_read, self._requests = os.pipe()
+        self._replies, reply_write = os.pipe()
+        set_death_signal = die_with_parent()  # made here: it names this process as the parent
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid: Optional[int] = os.fork()
+        if self.pid == 0:  # the server: never returns
+            os.close(self._requests)
+            os.close(self._replies)
+            _serve(request_read, reply_write, self.scripts, imports, quiet, set_death_signal)
+        os.close(request_read)
+        os.close(reply_write)
+        self._buffer = b""
+        self._running: Optional[ForkedProcess] = None
+
+    def alive(self) -> bool:
+        return self.pid is not None
+
+    def serves(self, command: Sequence[str]) -> bool:
+        return self.alive() and bool(command) and Path(command[0]).name in self.scripts
+
+    def start(
+        self,
+        command: Sequence[str],
+        stdout: str,
+        stderr: Optional[str] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        append: bool = False,
+    ) -> "ForkedProcess":
+        """Run ``command`` (its program a console script this server serves) in a child: its
+        output into the file ``stdout`` (``stderr`` into its own file, or the same one; ``append``:
+        after what the files hold), in folder ``cwd`` with environment ``env`` (default: the
+        creator's now).  Returns at once; the child's end comes with :meth:`ForkedProcess.wait`."""
+        if not self.serves(command):
+            raise ValueError(f"this command server does not run {list(command[:1])} (not a script it serves, or ended)")
+        if self._running is not None and self._running.returncode is None:
+            raise RuntimeError(f"the command server is still running {self._running.pid}: one command at a time")
+        request = {
+            "argv": [str(word) for word in command],
+            "stdout": str(stdout),
+            "stderr": str(stderr if stderr is not None else stdout),
+            "cwd": str(cwd or os.getcwd()),
+            "env": dict(os.environ if env is None else env),
+            "append": append,
+        }
+        os.write(self._requests, json.dumps(request).encode() + b"\n")
+        self._running = ForkedProcess(self, int(self._line(time.monotonic() + 60)))
+        return self._running
+
+    def _line(self, deadline: Optional[float]) -> str:
+        """The server's next reply line, waiting at most until ``deadline`` (None: no limit)."""
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([self._replies], [], [], left)[0]):
+                raise subprocess.TimeoutExpired("command server", 0)
+            chunk = os.read(self._replies, 4096)
+            if not chunk:
+                self.pid = None
+                raise RuntimeError("the command server has ended")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def close(self) -> None:
+        """End the server: at once where no command runs, else once the running one has ended
+        (or with this process)."""
+        if self.pid is not None:
+            os.close(self._requests)  # the server ends on end of file
+            if self._running is None or self._running.returncode is not None:
+                os.waitpid(self.pid, 0)
+            self.pid = None
+
+
+class ForkedProcess:
+    """The part of ``subprocess.Popen`` a forked command is used by: its pid, ``wait(timeout)``,
+    ``kill()``, the exit code (negative: the signal that ended it)."""
+
+    def __init__(self, server: CommandServer, pid: int):
+        self.server, self.pid = server, pid
+        self.returncode: Optional[int] = None
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is None:
+            try:
+                line = self.server._line(None if timeout is None else time.monotonic() + timeout)
+            except subprocess.TimeoutExpired:
+                raise subprocess.TimeoutExpired(f"forked command {self.pid}", timeout) from None
+            self.returncode = int(line)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _serve(requests: int, replies: int, scripts, imports, quiet, set_death_signal) -> None:
+    """The server: import ``imports``, then fork one child per request line and write back the
+    child's pid, then its exit code."""
+    try:
+        if set_death_signal is not None:
+            set_death_signal()
+        atexit._clear()  # the creator's exit handlers are not the server's
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the creator and the command; EOF ends this
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        if quiet:
+            nowhere = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(nowhere, 1)
+            os.dup2(nowhere, 2)
+        # output to the file descriptors, which each child points at its own files
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        for module in imports:
+            importlib.import_module(module)
+        # a console script's module search path after its own folder: the interpreter's, as a new
+        # process has it (not the folders a caller such as pytest put first)
+        fresh = subprocess.run(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        search_path = json.loads(fresh.stdout)
+        pending = b""
+        while True:
+            chunk = os.read(requests, 65536)
+            if not chunk:
+                os._exit(0)
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                child_death_signal = die_with_parent()
+                child = os.fork()
+                if child == 0:
+                    os.close(requests)
+                    os.close(replies)
+                    entry = scripts[Path(request["argv"][0]).name]
+                    _run_command(request, entry, [str(Path(request["argv"][0]).parent), *search_path],
+                                 child_death_signal)  # fmt: skip
+                os.write(replies, f"{child}\n".encode())
+                _, status = os.waitpid(child, 0)
+                os.write(replies, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:
+        os._exit(1)
+
+
+def _run_command(request: dict, entry: str, search_path: List[str], set_death_signal) -> None:
+    """A forked child: the console script whose entry point is ``entry`` ("module:function"), as a
+    new process would run it."""
+    code = 1
+    try:
+        if set_death_signal is not None:
+            set_death_signal()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, Path(request["argv"][0]).name.encode()[:15])
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        warnings.resetwarnings()
+        if os.environ.get("PYTHONWARNINGS") == "ignore":
+            warnings.simplefilter("ignore")
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC)
+        files = {request["stdout"]: [1], request["stderr"]: [2]} if request["stderr"] != request["stdout"] else {}
+        for path, fds in (files or {request["stdout"]: [1, 2]}).items():  # one file: one descriptor for both
+            opened = os.open(path, flags, 0o666)
+            for fd in fds:
+                os.dup2(opened, fd)
+            os.close(opened)
+        sys.path[:] = search_path
+        sys.argv = list(request["argv"])
+        module, _, function = entry.partition(":")
+        code = _exit_code(getattr(importlib.import_module(module), function)())
+    except SystemExit as exit:
+        code = _exit_code(exit.code)
+    except KeyboardInterrupt:  # Ctrl-C: the caller says so (a run resumes from its last checkpoint)
+        code = 130
+    except BaseException:
+        sys.excepthook(*sys.exc_info())  # the plugin's one-line errors, or a traceback
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _exit_code(value) -> int:
+    """The exit status Python gives ``sys.exit(value)``."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    print(value, file=sys.stderr)
+    return 1

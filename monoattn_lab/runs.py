@@ -234,7 +234,7 @@ def stop_reason(log_file: Path) -> Optional[str]:
 def run(spec: RunSpec, work: Path, results: Path, log=print, forked=None) -> dict:
     """Train, score and record one run (or return its existing record).  fairseq-train inherits
     this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores); it
-    runs as a command, or in ``forked`` (a :class:`~.processes.ForkedTraining`) where given."""
+    runs as a command, or forked from ``forked`` (a :class:`~.processes.CommandServer`) where given."""
     record_path = spec.record_path(results)
     if record_path.exists():
         return existing_record(spec, record_path)
@@ -337,19 +337,20 @@ def run_timed(command: List[str], out, timing: dict, timing_file: Path, forked=N
     (within a minute) the time its first part took.  ``timing["threads"]`` collects the number of
     intra-op threads of each part: float sums are split by thread, so the same seed trains another
     trajectory with another thread count, and a record must say which it had.  ``forked``: a
-    :class:`~.processes.ForkedTraining` that serves ``command`` (the training runs in its child),
-    or None (a new process runs the command)."""
+    :class:`~.processes.CommandServer` that serves ``command`` (the training runs in a child forked
+    from it), or None (a new process runs the command)."""
     timing["threads"] = sorted(set(timing.get("threads", [])) | {training_threads()})
     base, start = timing["training_seconds"], time.time()
     from .processes import die_with_parent
 
-    if forked is not None:  # a ForkedTraining that serves this command
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if forked is not None:  # a CommandServer that serves this command
         out.flush()
-        process = forked.start(command, out.name)
+        process = forked.start(command, out.name, env=env, append=True)
     else:
         process = subprocess.Popen(
             command,
-            env=dict(os.environ, PYTHONWARNINGS="ignore"),
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent(),

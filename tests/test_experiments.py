@@ -499,32 +499,36 @@ FORKED_TRAINING_SCRIPT = """
 import json, sys, time
 from pathlib import Path
 from monoattn_lab import runs
-from monoattn_lab.processes import ForkedTraining
+from monoattn_lab.processes import FAIRSEQ_TRAIN, CommandServer
 
 program, folder = sys.argv[1], Path(sys.argv[2])
-unused = ForkedTraining(program)
+unused = CommandServer(FAIRSEQ_TRAIN)
 start = time.time()
-unused.close()  # the child exits when the pipe closes with no command
+unused.close()  # the server exits when the pipe closes with no command
 closed = time.time() - start
-forked = ForkedTraining(program)
+forked = CommandServer(FAIRSEQ_TRAIN)
 served = [forked.serves([sys.executable, "-c", "pass"]), forked.serves([program, "data"])]
-with open(folder / "stdout.log", "a") as out:
-    code = runs.run_timed([program, "data", "--arch", "no_such_arch"], out, {"training_seconds": 0.0},
-                          folder / "timing.json", forked)
-served.append(forked.serves([program, "data"]))  # one use
 try:
-    forked.start([program, "data"], str(folder / "again.log"))
+    forked.start([sys.executable, "-c", "pass"], str(folder / "other.log"))
     refused = False
 except ValueError:
     refused = True
-print(json.dumps({"closed": closed, "served": served, "code": code, "refused": refused}))
+codes = []
+for attempt in ("first", "second"):  # one server, one command after the other
+    with open(folder / "stdout.log", "a") as out:
+        out.write(f"-- {attempt}\\n")
+        codes.append(runs.run_timed([program, "data", "--arch", "no_such_arch"], out, {"training_seconds": 0.0},
+                                    folder / "timing.json", forked))
+forked.close()
+print(json.dumps({"closed": closed, "served": served, "codes": codes, "refused": refused}))
 """
 
 
-def test_a_forked_training_fails_as_the_command_does_and_an_unused_one_exits(tmp_path):
-    """ForkedTraining in a process of its own (a test must not fork pytest's worker): an unused
-    child goes at once, a fairseq-train error comes back as the command's exit status with its
-    message in the log, and the child serves one fairseq-train command only."""
+def test_a_forked_training_fails_as_the_command_does_and_an_unused_server_exits(tmp_path):
+    """The worker's CommandServer in a process of its own (a test must not fork pytest's
+    worker): an unused server goes at once, a fairseq-train error comes back as the command's exit
+    status with its message appended to the log, each time, and the server runs fairseq-train
+    only."""
     program = str(Path(sys.executable).parent / "fairseq-train")
     done = subprocess.run(
         [sys.executable, "-c", FORKED_TRAINING_SCRIPT, program, str(tmp_path)],
@@ -532,9 +536,11 @@ def test_a_forked_training_fails_as_the_command_does_and_an_unused_one_exits(tmp
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["closed"] < 5 and result["served"] == [False, True, False] and result["refused"]
-    assert result["code"] == 2  # argparse's exit status, as `fairseq-train data --arch no_such_arch` gives
-    assert "invalid choice: 'no_such_arch'" in (tmp_path / "stdout.log").read_text()
+    assert result["closed"] < 5 and result["served"] == [False, True] and result["refused"]
+    assert result["codes"] == [2, 2]  # argparse's exit status, as `fairseq-train data --arch no_such_arch` gives
+    log = (tmp_path / "stdout.log").read_text().split("-- second\n")
+    assert len(log) == 2 and all("invalid choice: 'no_such_arch'" in part for part in log), log
+    assert not (tmp_path / "other.log").exists()
 
 
 def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
