@@ -40,7 +40,7 @@ from fairseq_monoattn.models.presets import PRESETS  # importing this package re
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.modules.step_linear import read_rows, score_rows
 
-from .runs import PLUGIN_DIR  # the plugin's package, for --user-dir
+from .spec import PLUGIN_DIR  # the plugin's package, for --user-dir
 
 LSTM_ARGS = (
     "--arch lstm --encoder-bidirectional --encoder-embed-dim 64 --encoder-hidden-size 64 "

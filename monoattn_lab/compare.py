@@ -16,7 +16,8 @@ from fairseq_monoattn.catalog import TASKS
 
 from .aggregate import split_label, split_order
 from .launch import run_local
-from .runs import RunSpec, read_records
+from .records import read_records
+from .spec import RunSpec
 
 
 def comparison_specs(

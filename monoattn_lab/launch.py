@@ -27,20 +27,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .processes import die_with_parent
-from .runs import (
-    BUSY_EXIT,
-    INTERRUPTED_EXIT,
-    RecordError,
-    RunBusy,
-    RunError,
-    RunSpec,
-    check_record_matches,
-    last_error,
-    read_record,
-    run,
-    run_seconds,
-    spec_from_dict,
-)
+from .records import RecordError, check_record_matches, read_record, run_seconds
+from .runs import last_error, run
+from .spec import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError, RunSpec, spec_from_dict
 
 LAB_DIR = Path(__file__).resolve().parent  # this package: its workers start beside it
 

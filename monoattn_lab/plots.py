@@ -14,7 +14,7 @@ from fairseq_monoattn.attention_plots import pyplot
 from fairseq_monoattn.catalog import TASKS, title
 
 from .aggregate import collect
-from .runs import DEFAULT_VARIANT
+from .spec import DEFAULT_VARIANT
 
 
 def length_of(split: str):

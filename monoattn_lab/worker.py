@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .launch import spec_from_json
 from .processes import FAIRSEQ_TRAIN, CommandServer, preload_fairseq_train
-from .runs import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError, run
+from .runs import run
+from .spec import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError
 
 
 @contextmanager

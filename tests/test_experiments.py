@@ -26,18 +26,10 @@ from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
 from monoattn_lab import aggregate, compare, launch
-from monoattn_lab.runs import (
-    RECORDED_SCORES,
-    RunError,
-    RunSpec,
-    check_checkpoint_matches,
-    load_records,
-    planned_model_config,
-    run,
-    run_seconds,
-    train_command,
-    training_options,
-)
+from monoattn_lab.outdated import check_checkpoint_matches
+from monoattn_lab.records import RECORDED_SCORES, load_records, run_seconds
+from monoattn_lab.runs import run
+from monoattn_lab.spec import RunError, RunSpec, planned_model_config, train_command, training_options
 
 EOS = 2
 
@@ -684,7 +676,7 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
 def write_accuracy_record(results, task, arch, seed, accuracy, splits):
     """A scripted record of the default variant at the sweeps' budget: ``accuracy`` on every one of
     ``splits``."""
-    from monoattn_lab.runs import RunSpec
+    from monoattn_lab.spec import RunSpec
     from monoattn_lab.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
 
     path = RunSpec(task, arch, seed=seed).record_path(results)
@@ -1072,7 +1064,7 @@ def test_dedupe_runs_keep_the_source_end_marker_unless_a_variant_drops_it(tmp_pa
 def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
     """The Transformer presets go through runs and records too: the record keeps the model's own
     options (not the whole command line), and its command plans the same model."""
-    from monoattn_lab.runs import outdated_records
+    from monoattn_lab.outdated import outdated_records
 
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(arch="transformer_onestep", max_epoch=1))
@@ -1374,7 +1366,7 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
     import shutil
 
     from monoattn_lab.cli.aggregate import main as aggregate_main
-    from monoattn_lab.runs import read_records
+    from monoattn_lab.records import read_records
 
     _, results, spec, record = finished
     copy = tmp_path / "results"

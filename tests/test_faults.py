@@ -116,7 +116,8 @@ def test_a_damaged_checkpoint_is_one_line_naming_it(trained, tmp_path, damage, n
 
 
 def test_resuming_from_a_damaged_checkpoint_names_it(trained, tmp_path):
-    from monoattn_lab.runs import RunError, check_checkpoint_matches, train_command
+    from monoattn_lab.outdated import check_checkpoint_matches
+    from monoattn_lab.spec import RunError, train_command
 
     work, _, spec, _, data, checkpoint = trained
     broken = tmp_path / "checkpoint_last.pt"

@@ -76,7 +76,7 @@ def test_the_planned_model_config_is_what_fairseqs_parser_gives():
     """aggregate and sweep status tell outdated records without fairseq; they must see the model
     fairseq-train builds, preset, defaults and the variant's options included."""
     from fairseq_monoattn.models.presets import PRESETS
-    from monoattn_lab.runs import RunSpec, parsed_model_config, planned_model_config, train_command
+    from monoattn_lab.spec import RunSpec, parsed_model_config, planned_model_config, train_command
 
     checked = 0
     for arch in ["gru_seq2seq", *PRESETS]:

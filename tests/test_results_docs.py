@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monoattn_lab.aggregate import BEGIN, END, render
-from monoattn_lab.runs import read_records
+from monoattn_lab.records import read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -101,13 +101,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.results.is_dir():
         parser.error(f"--results {args.results}: no such folder")
     from ..aggregate import render, update_file
-    from ..runs import (
-        describe_differences,
-        outdated_records,
-        pinning_options,
-        read_records,
-        spec_from_dict,
-    )
+    from ..outdated import describe_differences, outdated_records, pinning_options
+    from ..records import read_records
+    from ..spec import spec_from_dict
 
     records, problems = read_records(args.results)
     for problem in problems:
@@ -127,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         records = kept
     if args.release:
         from ..aggregate import read_release_records, release_table
-        from ..runs import RecordError
+        from ..records import RecordError
 
         records_of_variant(parser, args, records)
         try:

@@ -13,7 +13,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_monoattn.cli.common import HelpFormatter, Parser, add_user_dir
 
-from ..runs import INTERRUPTED_EXIT
+from ..spec import INTERRUPTED_EXIT
 
 __all__ = ["HelpFormatter", "INTERRUPTED_EXIT", "Parser", "add_user_dir"]  # re-exported for the commands
 

@@ -95,7 +95,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.results = sweep.results_folder(args.work)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
-    from ..runs import read_records
+    from ..records import read_records
 
     records, problems = read_records(args.results) if args.results.exists() else ([], [])
     for problem in problems:
@@ -122,7 +122,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def run_sweep(parser: Parser, args, sweep) -> int:
     from .. import launch
     from ..git_records import commit_record, uncommitted_records
-    from ..runs import RunError
+    from ..spec import RunError
     from ..sweeps import prepare_source_data
 
     def log(line: str) -> None:
