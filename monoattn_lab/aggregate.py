@@ -1,8 +1,8 @@
 """Tables from run records alone: the paper's layouts, the paper's values beside ours, the
 number of seeds per cell, and whether each cell reproduces the paper's verdict.
 
-    fairseq-monoattn-aggregate results/paper                  # Markdown on stdout
-    fairseq-monoattn-aggregate results/paper --update RESULTS.md   # rewrite its generated part
+    fairseq-monoattn-aggregate tables --results results/paper                      # Markdown on stdout
+    fairseq-monoattn-aggregate tables --results results/paper --update RESULTS.md  # rewrite its generated part
 
 A verdict is "solved" (>= 95), "failed" (<= 5) or "partial"; a cell (task, model) agrees with
 the paper when our median has the paper's verdict at every length the paper reports.

@@ -2,8 +2,8 @@
 seeds), the range of the seeds shaded, the paper's training lengths marked.  Given several
 variants, one line per model and variant.
 
-    fairseq-monoattn-aggregate --results results/paper --plots docs/figures
-    fairseq-monoattn-aggregate --results results/transformer --compare-variants default no-pos --plots FIGURES
+    fairseq-monoattn-aggregate tables --results results/paper --plots docs/figures
+    fairseq-monoattn-aggregate variants default no-pos --results results/transformer --plots FIGURES
 """
 
 import re

@@ -594,20 +594,20 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     record = json.loads(json.dumps(record))
     record["model_config"]["mix_temperature"] = 5.0  # OneStep mixes nothing
     path.write_text(json.dumps(record))
-    assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 0
+    assert aggregate_main(["tables", "--results", str(moved), "--update", str(out)]) == 0
     assert out.exists()
     out.unlink()
     record["model_config"]["step_temperature"] = 2.0
     path.write_text(json.dumps(record))
     capsys.readouterr()
-    assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 1
+    assert aggregate_main(["tables", "--results", str(moved), "--update", str(out)]) == 1
     assert re.search(
         rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
         r"step_temperature: 2.0 there, 5.0 now",
         capsys.readouterr().err,
     )
     assert not out.exists()
-    assert aggregate_main(["--results", str(moved), "--update", str(out), "--include-outdated"]) == 0
+    assert aggregate_main(["tables", "--results", str(moved), "--update", str(out), "--include-outdated"]) == 0
     assert "Generated from 1 records" in out.read_text()
     capsys.readouterr()
     smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
@@ -1079,7 +1079,7 @@ def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
 
 
 def test_variants_side_by_side_from_records(tmp_path, capsys):
-    """aggregate --compare-variants: per cell with records of at least two of the variants named,
+    """aggregate variants: per cell with records of at least two of the variants named,
     the median at the paper's lengths and the seeds solved everywhere ("not run" for a variant
     without records); a cell of one variant alone is left out."""
     from monoattn_lab.cli.aggregate import main as aggregate_main
@@ -1095,14 +1095,14 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
     write("inv_recopy", "gru_monoattn", "default", 2, (100, 90, 10))
     write("inv_recopy", "gru_monoattn", "other", 1, (100, 100, 100))
     write("recopy", "gru_onestep", "default", 1, (100, 100, 100))  # no "other": left out
-    assert aggregate_main(["--results", str(tmp_path), "--compare-variants", "default", "other"]) == 0
+    assert aggregate_main(["variants", "default", "other", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert (
         out[2]
         == "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | 100 / 100 / 100 (1 of 1) | 100 / 100 / 98.8 |"
     )
     assert len(out) == 3
-    assert aggregate_main(["--results", str(tmp_path), "--compare-variants", "default", "third", "other"]) == 0
+    assert aggregate_main(["variants", "default", "third", "other", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2] == (
         "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | not run | 100 / 100 / 100 (1 of 1) "
@@ -1112,7 +1112,7 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
 
 
 def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
-    """aggregate --release: per cell the release ran, the paper's value, the release's median over
+    """aggregate release: per cell the release ran, the paper's value, the release's median over
     its runs and the plugin's median over its seeds, how many runs of each have the paper's verdict
     at every length, Fisher's p that both have the same share of such runs, and which of the two
     medians reaches another verdict; then how the cells where the plugin differs divide (the release
@@ -1153,7 +1153,7 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     # not run by the release: listed when the plugin differs (Bi-Relative), left out when it agrees (Content)
     plugin_runs("gru_birelative", (0, 0, 0))
     plugin_runs("gru_content", (0, 0, 0))
-    assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 0
+    assert aggregate_main(["release", str(release), "--results", str(plugin)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 9
     assert paper_value("copy", "gru_mix_onestep", "test15") < 50  # the paper reports this cell as failing
@@ -1178,7 +1178,7 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"task": "copy", "arch": "gru_onestep", "variant": "torch-adamw", "seed": 1,
                                 "splits": {s: {"accuracy": 100} for s in splits}}))  # fmt: skip
-    assert aggregate_main(["--results", str(plugin), "--release", str(release), "--variant", "torch-adamw"]) == 0
+    assert aggregate_main(["release", str(release), "--results", str(plugin), "--variant", "torch-adamw"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "the plugin (torch-adamw): median (seeds)" in out[0] and len(out) == 5
     assert out[2].startswith("| Copy | gru_onestep |") and out[2].endswith(
@@ -1186,16 +1186,16 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     )
     assert out[4].startswith("Of the 0 cells whose plugin records (torch-adamw) differ from the paper")
     with pytest.raises(SystemExit):
-        aggregate_main(["--results", str(plugin), "--release", str(release), "--variant", "adamw"])
+        aggregate_main(["release", str(release), "--results", str(plugin), "--variant", "adamw"])
     assert "--variant 'adamw': no records of it" in capsys.readouterr().err
 
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
-    assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1
+    assert aggregate_main(["release", str(release), "--results", str(plugin)]) == 1
     assert "seed1.json" in capsys.readouterr().err
 
 
 def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
-    """aggregate --against: the runs both folders have (task, model, variant, seed), a row for each
+    """aggregate against: the runs both folders have (task, model, variant, seed), a row for each
     run whose verdict changed at a paper length, the count of kept runs and run-lengths, each set's
     runs with the paper's verdict, and each set's CPU-hours; runs in only one folder are left out."""
     from monoattn_lab.cli.aggregate import main as aggregate_main
@@ -1218,7 +1218,7 @@ def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
     write(again, [run("gru_onestep", 1, (100, 100, 97), 1800), run("gru_onestep", 2, (100, 60, 0), 1800),
                   run("gru_mix_onestep", 1, (0, 0, 0), 900), run("gru_relative", 1, (0, 0, 0)),
                   run("gru_onestep", 1, (0, 0, 0), variant="other")])  # fmt: skip
-    assert aggregate_main(["--results", str(again), "--against", str(earlier)]) == 0
+    assert aggregate_main(["against", str(earlier), "--results", str(again)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[2:] == [
         "| Copy | gru_onestep | 2 | 100 / 100 / 100 | 100 / 60 / 0 | yes | no |",
@@ -1228,17 +1228,17 @@ def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
         "and scoring: 2.50 CPU-hours earlier, 1.25 again (0.50 of the earlier).",
     ]
     # --seeds: only those seeds' runs are paired (seed 1's OneStep kept its verdict, 97 at 100)
-    assert aggregate_main(["--results", str(again), "--against", str(earlier), "--seeds", "1"]) == 0
+    assert aggregate_main(["against", str(earlier), "--results", str(again), "--seeds", "1"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("2 runs in both sets: 2 kept their verdict at every length the paper reports (6 of 6 ")
     assert "run-lengths); 0 changed" in last
     with pytest.raises(SystemExit):
-        aggregate_main(["--results", str(again), "--against", str(earlier), "--seeds", "7", "8"])
+        aggregate_main(["against", str(earlier), "--results", str(again), "--seeds", "7", "8"])
     assert "--seeds 7 8: no records of them under" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        aggregate_main(["--results", str(again), "--against", str(tmp_path / "missing")])
+        aggregate_main(["against", str(tmp_path / "missing"), "--results", str(again)])
     error = capsys.readouterr().err
-    assert "--against" in error and "missing: no such folder" in error
+    assert "against" in error and "missing: no such folder" in error
 
 
 def test_fishers_exact_test_gives_the_textbook_values():
@@ -1389,7 +1389,7 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
         for path in misplaced
     )
     out = tmp_path / "RESULTS.md"
-    assert aggregate_main(["--results", str(copy), "--update", str(out)]) == 1
+    assert aggregate_main(["tables", "--results", str(copy), "--update", str(out)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert sorted(line for line in err if line.startswith("unreadable record:")) == sorted(
         f"unreadable record: {problem}" for problem in problems
@@ -1417,20 +1417,21 @@ def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tab
     record = json.loads(json.dumps(record))
     record["model_config"]["step_temperature"] = 2.0  # trained before a default changed
     path.write_text(json.dumps(record))
-    assert aggregate_main(["--results", str(results)]) == 1
+    assert aggregate_main(["tables", "--results", str(results)]) == 1
     err = capsys.readouterr().err
     assert f"  {path}: step_temperature: 2.0 there, 5.0 now (its options: --step-temperature 2.0)" in err
     moved = path.parents[1] / "step-temperature-2" / path.name  # step 1 alone
     moved.parent.mkdir()
     path.rename(moved)
     capsys.readouterr()
-    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 1  # none readable
+    none_readable = aggregate_main(["tables", "--results", str(results), "--variant", "step-temperature-2"])
+    assert none_readable == 1
     assert f"unreadable record: {moved}: it is the record of copy/gru_onestep/default/seed3" in capsys.readouterr().err
     edited = json.loads(moved.read_text())  # steps 2 and 3
     edited["variant"] = "step-temperature-2"
     edited["options"] += ["--step-temperature", "2.0"]
     moved.write_text(json.dumps(edited))
-    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 0
+    assert aggregate_main(["tables", "--results", str(results), "--variant", "step-temperature-2"]) == 0
     out = capsys.readouterr()
     assert out.err == "" and "Generated from 1 records" in out.out and "| copy | gru_onestep | 3 |" in out.out
     again = RunSpec(**{**spec.__dict__, "variant": "step-temperature-2", "options": ("--step-temperature", "2.0")})

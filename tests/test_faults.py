@@ -57,7 +57,7 @@ def test_a_bad_record_is_named_and_does_not_hide_the_others(trained, tmp_path, d
     bad = good.with_name("seed7.json")
     bad.write_text(damage(good.read_text()))
     before = bad.read_bytes()
-    done = command("fairseq-monoattn-aggregate", "--results", copy)
+    done = command("fairseq-monoattn-aggregate", "tables", "--results", copy)
     assert done.returncode == 1
     assert f"unreadable record: {bad}: " in done.stderr and named in done.stderr
     assert "Generated from 1 records" in done.stdout  # the good record is still tabled

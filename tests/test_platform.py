@@ -143,7 +143,9 @@ BAD_CALLS = [
     ("sweep", ["run", "table22"], "unknown sweep 'table22'"),
     ("sweep", ["run", "table2", "--arch", "gru_onestepp"], "--arch: table2 has no gru_onestepp"),
     ("sweep", ["status", "table2", "--task", "cop"], "--task: unknown task 'cop'"),
-    ("aggregate", ["--results", "nowhere"], "--results nowhere: no such folder"),
+    ("aggregate", ["tables", "--results", "nowhere"], "--results nowhere: no such folder"),
+    ("aggregate", [], "the following arguments are required: VIEW"),
+    ("aggregate", ["table"], "invalid choice: 'table'"),
     (
         "score",
         ["--checkpoint", "none.pt", "--data", ".", "--splits", "test", "--out", "s.json"],
@@ -187,7 +189,7 @@ def test_the_commands_agree_on_names_and_show_their_defaults(tmp_path):
             ("sweep", ["run"]),
             ("score", []),
             ("plot-attention", []),
-            ("aggregate", []),
+            ("aggregate", ["tables"]),
         )
     }
     for name in ("run", "compare", "sweep"):
