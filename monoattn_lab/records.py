@@ -18,8 +18,18 @@ class RecordError(RunError):
 
 
 RECORD_VERSION = 1
-# per test split; records made before the scorer counted cut-short and overran outputs lack those two
-RECORDED_SCORES = ("size", "correct", "accuracy", "mean_edit_distance", "cut_short", "overran")
+# per test split; records made before the scorer counted cut-short and overran outputs lack those two, and
+# records made before they kept the per-token accuracy (of the target's tokens, and with its EOS) lack the last two
+RECORDED_SCORES = (
+    "size",
+    "correct",
+    "accuracy",
+    "mean_edit_distance",
+    "cut_short",
+    "overran",
+    "per_token_accuracy",
+    "per_token_accuracy_with_eos",
+)
 
 
 def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:

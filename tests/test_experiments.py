@@ -145,6 +145,24 @@ def test_a_run_trains_scores_and_records(finished):
     assert (spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt").is_file()
 
 
+def test_a_record_keeps_each_splits_per_token_accuracy(finished):
+    """The record keeps the scorer's per-token accuracy of each test split (of the target's tokens,
+    and with its EOS position), so Delétang et al.'s score (their mean over the test lengths) comes
+    from the record alone."""
+    from fairseq_monoattn.metrics import mean_per_token_accuracy
+
+    work, results, spec, record = finished
+    scored = json.loads((spec.run_dir(work) / "scores.json").read_text())["splits"]
+    assert set(record["splits"]) == set(scored) == {"test9", "test_iid"}
+    for split, counts in record["splits"].items():
+        for key in ("per_token_accuracy", "per_token_accuracy_with_eos"):
+            assert counts[key] == scored[split][key] and 0 <= counts[key] <= 100, (split, key)
+        if counts["correct"] == counts["size"]:  # every output right: every token right
+            assert counts["per_token_accuracy"] == counts["per_token_accuracy_with_eos"] == 100.0
+    both = mean_per_token_accuracy(json.loads(spec.record_path(results).read_text())["splits"], ["test9", "test_iid"])
+    assert both == pytest.approx((scored["test9"]["per_token_accuracy"] + scored["test_iid"]["per_token_accuracy"]) / 2)
+
+
 def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
     """A run scored by an older scorer and killed before its record: the record is made from its
     scores.json as it is, without training or scoring again.  (The finished run is put back.)"""
@@ -153,8 +171,8 @@ def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
     saved_record, saved_scores = record_path.read_text(), scores_file.read_text()
     try:
         scores = json.loads(saved_scores)
-        for split in scores["splits"].values():
-            del split["cut_short"], split["overran"]
+        for split in scores["splits"].values():  # nor the per-token accuracy, which came later
+            del split["cut_short"], split["overran"], split["per_token_accuracy"], split["per_token_accuracy_with_eos"]
         scores_file.write_text(json.dumps(scores))
         record_path.unlink()
         before = scores_file.stat().st_mtime_ns
