@@ -40,6 +40,11 @@ def interruptible(main):
     return wrapped
 
 
+def fail(message: str):
+    """Stop the command: ``error: message`` on stderr, exit status 1."""
+    raise SystemExit(f"error: {message}")
+
+
 # --- the shared options -------------------------------------------------------------------------
 
 
