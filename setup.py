@@ -71,25 +71,26 @@ setup(
     description="Monotonic location attention for length generalisation (ICML 2023) as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*"]),
+    # the plugin, and beside it the experiment lab (which imports the plugin; the plugin never imports it)
+    packages=find_packages(include=["fairseq_monoattn", "fairseq_monoattn.*", "monoattn_lab", "monoattn_lab.*"]),
     package_data={
         "fairseq_monoattn.data": ["files/**/*"],
         "fairseq_monoattn": ["csrc/*.cpp", "csrc/*.h"],
-        "fairseq_monoattn.experiments": ["paper_values.tsv"],  # the paper's numbers, read by aggregate
+        "monoattn_lab": ["paper_values.tsv"],  # the paper's numbers, read by aggregate
     },
     include_package_data=True,
     entry_points={
         "console_scripts": [
             "fairseq-monoattn-prepare = fairseq_monoattn.cli.prepare:main",
             "fairseq-monoattn-lookup-tables = fairseq_monoattn.cli.lookup_tables:main",
-            "fairseq-monoattn-run = fairseq_monoattn.cli.run:main",
-            "fairseq-monoattn-compare = fairseq_monoattn.cli.compare:main",
-            "fairseq-monoattn-sweep = fairseq_monoattn.cli.sweep:main",
-            "fairseq-monoattn-aggregate = fairseq_monoattn.cli.aggregate:main",
+            "fairseq-monoattn-run = monoattn_lab.cli.run:main",
+            "fairseq-monoattn-compare = monoattn_lab.cli.compare:main",
+            "fairseq-monoattn-sweep = monoattn_lab.cli.sweep:main",
+            "fairseq-monoattn-aggregate = monoattn_lab.cli.aggregate:main",
             "fairseq-monoattn-score = fairseq_monoattn.cli.score:main",
             "fairseq-monoattn-plot-attention = fairseq_monoattn.cli.plot_attention:main",
             "fairseq-monoattn-user-dir = fairseq_monoattn.cli.user_dir:main",
-            "fairseq-monoattn-convert = fairseq_monoattn.cli.convert:main",
+            "fairseq-monoattn-convert = monoattn_lab.cli.convert:main",
         ],
     },
     python_requires=">=3.8",

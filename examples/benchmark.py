@@ -7,7 +7,7 @@
         --release-python /path/to/release-venv/bin/python
 
 Run it from the repository root: data is prepared under ``runs/benchmark`` (``--data``).  The code
-is ``fairseq_monoattn.benchmarking``.  With ``--release``, the authors' release (a checkout, run by
+is ``monoattn_lab.benchmarking``.  With ``--release``, the authors' release (a checkout, run by
 ``examples/release_equivalence/run_release.py`` in its own interpreter) and the plugin each train
 three epochs of OneStep and MonoAttn on the same Inv ReCopy data, the plugin with the paper's recipe
 (greedy validation), the release with its own (teacher-forced validation), one thread each, in
@@ -23,8 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fairseq_monoattn.benchmarking import epoch_seconds, later_epochs, main
-from fairseq_monoattn.release import check_release_checkout
+from monoattn_lab.benchmarking import epoch_seconds, later_epochs, main
+from monoattn_lab.release import check_release_checkout
 
 RUN_RELEASE = Path(__file__).resolve().parent / "release_equivalence" / "run_release.py"
 MODELS = (("BiGRU_OneStep", "gru_onestep"), ("BiGRU_MonoAttn", "gru_monoattn"))

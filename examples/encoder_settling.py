@@ -1,4 +1,4 @@
-"""Whether a trained GRU encoder's states settle (fairseq_monoattn.encoder_settling): one source
+"""Whether a trained GRU encoder's states settle (monoattn_lab.encoder_settling): one source
 repeated, the drift of the encodings from one copy to the next, and the direction gate's logit
 by the number of copies.
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from fairseq_monoattn.attention_maps import AttentionMapError, load_checkpoint
-from fairseq_monoattn.encoder_settling import settling
+from monoattn_lab.encoder_settling import settling
 
 
 def main(argv=None):

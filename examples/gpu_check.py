@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from fairseq_monoattn.benchmarking import ensure_copy_data, reference_args, train_once
+from monoattn_lab.benchmarking import ensure_copy_data, reference_args, train_once
 
 PRESETS = ("gru_onestep", "gru_mix_monoattn", "transformer_monoattn_recency")
 REPO = Path(__file__).resolve().parents[1]

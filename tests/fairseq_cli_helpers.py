@@ -125,7 +125,7 @@ TINY = {"train": (96, 3, 5), "valid": (13, 5, 6), "test9": (13, 9, 9), "test_iid
 
 
 def tiny_spec(seed=3, task="copy", arch="gru_onestep", max_epoch=2, **kw):
-    from fairseq_monoattn.experiments.runs import RunSpec
+    from monoattn_lab.spec import RunSpec
 
     return RunSpec(task=task, arch=arch, seed=seed, max_epoch=max_epoch, **kw)
 

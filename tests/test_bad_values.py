@@ -238,7 +238,7 @@ def test_transformer_checkpoints_load_and_average_without_the_plugin(tmp_path, t
     import torch
     from fairseq import checkpoint_utils
 
-    from fairseq_monoattn.experiments.runs import check_checkpoint_matches
+    from monoattn_lab.outdated import check_checkpoint_matches
 
     checkpoints = []
     for seed in (1, 2):

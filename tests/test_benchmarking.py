@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from fairseq_monoattn import benchmarking
 from fairseq_monoattn.modules import compiled, gru
+from monoattn_lab import benchmarking
 
 
 def test_a_presets_ratios_are_medians_over_rounds_against_both_lstm_runs_of_each_round(monkeypatch, capsys):
@@ -90,7 +90,7 @@ def test_repeats_below_one_are_refused():
 def test_decoding_breakdown_times_the_attention_inside_the_decoder_steps():
     """decode_breakdown: the attention's share is measured inside the decoder's own steps (so it is
     never more than they take), for presets with and without content scores."""
-    from fairseq_monoattn.benchmarking import decode_breakdown
+    from monoattn_lab.benchmarking import decode_breakdown
 
     for arch in ("gru_content", "gru_onestep"):
         parts = decode_breakdown(arch, lengths=(3, 7), sentences=2, rounds=1)

@@ -5,8 +5,8 @@ average (each copy encoded otherwise, less so copy after copy)."""
 import pytest
 import torch
 
-from fairseq_monoattn.encoder_settling import settling
 from fairseq_monoattn.testing import build, digit_dictionary
+from monoattn_lab.encoder_settling import settling
 
 
 def _encoder_with_update_bias(model, bias: float):

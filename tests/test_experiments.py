@@ -14,19 +14,6 @@ from pathlib import Path
 import pytest
 from fairseq_cli_helpers import tiny_spec, with_tiny_data
 
-from fairseq_monoattn.experiments import aggregate, compare, launch
-from fairseq_monoattn.experiments.runs import (
-    RECORDED_SCORES,
-    RunError,
-    RunSpec,
-    check_checkpoint_matches,
-    load_records,
-    planned_model_config,
-    run,
-    run_seconds,
-    train_command,
-    training_options,
-)
 from fairseq_monoattn.metrics import (
     Tally,
     edit_distance,
@@ -38,6 +25,11 @@ from fairseq_monoattn.metrics import (
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.scoring import CheckpointError, score
 from fairseq_monoattn.scoring import table as scoring_table
+from monoattn_lab import aggregate, compare, launch
+from monoattn_lab.outdated import check_checkpoint_matches
+from monoattn_lab.records import RECORDED_SCORES, load_records, run_seconds
+from monoattn_lab.runs import run
+from monoattn_lab.spec import RunError, RunSpec, planned_model_config, train_command, training_options
 
 EOS = 2
 
@@ -153,6 +145,24 @@ def test_a_run_trains_scores_and_records(finished):
     assert (spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt").is_file()
 
 
+def test_a_record_keeps_each_splits_per_token_accuracy(finished):
+    """The record keeps the scorer's per-token accuracy of each test split (of the target's tokens,
+    and with its EOS position), so Delétang et al.'s score (their mean over the test lengths) comes
+    from the record alone."""
+    from fairseq_monoattn.metrics import mean_per_token_accuracy
+
+    work, results, spec, record = finished
+    scored = json.loads((spec.run_dir(work) / "scores.json").read_text())["splits"]
+    assert set(record["splits"]) == set(scored) == {"test9", "test_iid"}
+    for split, counts in record["splits"].items():
+        for key in ("per_token_accuracy", "per_token_accuracy_with_eos"):
+            assert counts[key] == scored[split][key] and 0 <= counts[key] <= 100, (split, key)
+        if counts["correct"] == counts["size"]:  # every output right: every token right
+            assert counts["per_token_accuracy"] == counts["per_token_accuracy_with_eos"] == 100.0
+    both = mean_per_token_accuracy(json.loads(spec.record_path(results).read_text())["splits"], ["test9", "test_iid"])
+    assert both == pytest.approx((scored["test9"]["per_token_accuracy"] + scored["test_iid"]["per_token_accuracy"]) / 2)
+
+
 def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
     """A run scored by an older scorer and killed before its record: the record is made from its
     scores.json as it is, without training or scoring again.  (The finished run is put back.)"""
@@ -161,8 +171,8 @@ def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
     saved_record, saved_scores = record_path.read_text(), scores_file.read_text()
     try:
         scores = json.loads(saved_scores)
-        for split in scores["splits"].values():
-            del split["cut_short"], split["overran"]
+        for split in scores["splits"].values():  # nor the per-token accuracy, which came later
+            del split["cut_short"], split["overran"], split["per_token_accuracy"], split["per_token_accuracy_with_eos"]
         scores_file.write_text(json.dumps(scores))
         record_path.unlink()
         before = scores_file.stat().st_mtime_ns
@@ -432,7 +442,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "fairseq_monoattn.experiments.worker",
+        "monoattn_lab.worker",
         launch.spec_to_json(spec),
         str(work),
         str(results),
@@ -461,7 +471,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
 def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
     """A run killed before it ends keeps the time it trained: the time so far (over what earlier
     parts took) is written every TIMING_INTERVAL seconds, not only at the end."""
-    from fairseq_monoattn.experiments import runs
+    from monoattn_lab import runs
 
     monkeypatch.setattr(runs, "TIMING_INTERVAL", 0.2)
     timing_file = tmp_path / "timing.json"
@@ -484,7 +494,7 @@ def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
 def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
     """The count recorded is the one the child process really has, and a resumed run adds its own
     to the counts of its earlier parts."""
-    from fairseq_monoattn.experiments import runs
+    from monoattn_lab import runs
 
     child = "import torch; print(torch.get_num_threads())"
     timing = {"training_seconds": 0.0, "threads": [97]}
@@ -498,33 +508,37 @@ def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
 FORKED_TRAINING_SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from fairseq_monoattn.experiments import runs
-from fairseq_monoattn.experiments.processes import ForkedTraining
+from monoattn_lab import runs
+from monoattn_lab.processes import FAIRSEQ_TRAIN, CommandServer
 
 program, folder = sys.argv[1], Path(sys.argv[2])
-unused = ForkedTraining(program)
+unused = CommandServer(FAIRSEQ_TRAIN)
 start = time.time()
-unused.close()  # the child exits when the pipe closes with no command
+unused.close()  # the server exits when the pipe closes with no command
 closed = time.time() - start
-forked = ForkedTraining(program)
+forked = CommandServer(FAIRSEQ_TRAIN)
 served = [forked.serves([sys.executable, "-c", "pass"]), forked.serves([program, "data"])]
-with open(folder / "stdout.log", "a") as out:
-    code = runs.run_timed([program, "data", "--arch", "no_such_arch"], out, {"training_seconds": 0.0},
-                          folder / "timing.json", forked)
-served.append(forked.serves([program, "data"]))  # one use
 try:
-    forked.start([program, "data"], str(folder / "again.log"))
+    forked.start([sys.executable, "-c", "pass"], str(folder / "other.log"))
     refused = False
 except ValueError:
     refused = True
-print(json.dumps({"closed": closed, "served": served, "code": code, "refused": refused}))
+codes = []
+for attempt in ("first", "second"):  # one server, one command after the other
+    with open(folder / "stdout.log", "a") as out:
+        out.write(f"-- {attempt}\\n")
+        codes.append(runs.run_timed([program, "data", "--arch", "no_such_arch"], out, {"training_seconds": 0.0},
+                                    folder / "timing.json", forked))
+forked.close()
+print(json.dumps({"closed": closed, "served": served, "codes": codes, "refused": refused}))
 """
 
 
-def test_a_forked_training_fails_as_the_command_does_and_an_unused_one_exits(tmp_path):
-    """ForkedTraining in a process of its own (a test must not fork pytest's worker): an unused
-    child goes at once, a fairseq-train error comes back as the command's exit status with its
-    message in the log, and the child serves one fairseq-train command only."""
+def test_a_forked_training_fails_as_the_command_does_and_an_unused_server_exits(tmp_path):
+    """The worker's CommandServer in a process of its own (a test must not fork pytest's
+    worker): an unused server goes at once, a fairseq-train error comes back as the command's exit
+    status with its message appended to the log, each time, and the server runs fairseq-train
+    only."""
     program = str(Path(sys.executable).parent / "fairseq-train")
     done = subprocess.run(
         [sys.executable, "-c", FORKED_TRAINING_SCRIPT, program, str(tmp_path)],
@@ -532,9 +546,11 @@ def test_a_forked_training_fails_as_the_command_does_and_an_unused_one_exits(tmp
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["closed"] < 5 and result["served"] == [False, True, False] and result["refused"]
-    assert result["code"] == 2  # argparse's exit status, as `fairseq-train data --arch no_such_arch` gives
-    assert "invalid choice: 'no_such_arch'" in (tmp_path / "stdout.log").read_text()
+    assert result["closed"] < 5 and result["served"] == [False, True] and result["refused"]
+    assert result["codes"] == [2, 2]  # argparse's exit status, as `fairseq-train data --arch no_such_arch` gives
+    log = (tmp_path / "stdout.log").read_text().split("-- second\n")
+    assert len(log) == 2 and all("invalid choice: 'no_such_arch'" in part for part in log), log
+    assert not (tmp_path / "other.log").exists()
 
 
 def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
@@ -585,8 +601,8 @@ def test_an_option_the_model_does_not_read_does_not_block_resuming(finished, tmp
 def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, tmp_path, capsys):
     """A record trained under another default than its command builds today is named, with what
     changed, and nothing is written; an option the model does not read does not count."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     _, results, spec, record = finished
     moved = tmp_path / "results"
@@ -596,20 +612,20 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
     record = json.loads(json.dumps(record))
     record["model_config"]["mix_temperature"] = 5.0  # OneStep mixes nothing
     path.write_text(json.dumps(record))
-    assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 0
+    assert aggregate_main(["tables", "--results", str(moved), "--update", str(out)]) == 0
     assert out.exists()
     out.unlink()
     record["model_config"]["step_temperature"] = 2.0
     path.write_text(json.dumps(record))
     capsys.readouterr()
-    assert aggregate_main(["--results", str(moved), "--update", str(out)]) == 1
+    assert aggregate_main(["tables", "--results", str(moved), "--update", str(out)]) == 1
     assert re.search(
         rf"1 records of variant 'default'.*\n  {re.escape(str(path))}: "
         r"step_temperature: 2.0 there, 5.0 now",
         capsys.readouterr().err,
     )
     assert not out.exists()
-    assert aggregate_main(["--results", str(moved), "--update", str(out), "--include-outdated"]) == 0
+    assert aggregate_main(["tables", "--results", str(moved), "--update", str(out), "--include-outdated"]) == 0
     assert "Generated from 1 records" in out.read_text()
     capsys.readouterr()
     smoke = spec.record_path(moved).parent / "seed1.json"  # the smoke sweep's copy/OneStep cell
@@ -631,8 +647,8 @@ def test_aggregate_refuses_records_whose_model_changed_since_they_ran(finished, 
 def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what_it_lacks(tmp_path, capsys):
     """--task and --arch keep exactly the cells of both lists, in the sweep's order; a name the
     sweep does not have is an error naming the option and the name."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
-    from fairseq_monoattn.experiments.sweeps import get_sweep
+    from monoattn_lab.cli.sweep import main as sweep_main
+    from monoattn_lab.sweeps import get_sweep
 
     table2 = get_sweep("table2")
     narrowed = table2.only(["inv_reverse_recopy", "recopy"], ["gru_rmonoattn", "gru_monoattn"])
@@ -678,8 +694,8 @@ def test_a_sweep_narrowed_to_some_tasks_and_archs_keeps_its_order_and_names_what
 def write_accuracy_record(results, task, arch, seed, accuracy, splits):
     """A scripted record of the default variant at the sweeps' budget: ``accuracy`` on every one of
     ``splits``."""
-    from fairseq_monoattn.experiments.runs import RunSpec
-    from fairseq_monoattn.experiments.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
+    from monoattn_lab.spec import RunSpec
+    from monoattn_lab.sweeps import MAX_EPOCH, STOP_AFTER_PERFECT
 
     path = RunSpec(task, arch, seed=seed).record_path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -707,7 +723,7 @@ def test_more_seeds_where_different_follows_the_verdict_of_the_sweeps_own_seeds(
     records: OneStep on Copy (the paper 100 everywhere) at 100 / 90 / 0 is "partial"; with seed 4
     at 100 the four-seed median is 95, "solved", yet seed 5 is still planned.  Content (the paper 0)
     at 0 agrees and gets no extra seed."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     def write(arch, seed, accuracy):
         write_accuracy_record(tmp_path, "copy", arch, seed, accuracy, ("test15", "test30", "test100"))
@@ -736,7 +752,7 @@ def test_more_seeds_where_different_takes_scan_cells_whose_mean_is_outside_the_p
     """On SCAN the tables judge a model by its mean against the paper's mean ± 2 std, and the extra
     seeds go where they say **no**: MonoAttn (the paper 14.98 ± 0.15) at 16.53 / 14.80 / 15.64, mean
     15.65, is 0.67 above and outside ±0.30; Content (17.61 ± 4.07) at 12 / 14 / 16 is inside."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     def write(arch, seed, accuracy):
         write_accuracy_record(tmp_path, "scan", arch, seed, accuracy, ("test",))
@@ -769,10 +785,10 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     embeddings of 128 in batches of 128, dropout 0.4."""
     from pathlib import Path
 
-    from fairseq_monoattn.cli.sweep import main as sweep_main
-    from fairseq_monoattn.experiments.paper_values import paper_values
-    from fairseq_monoattn.experiments.runs import prepared_data
-    from fairseq_monoattn.experiments.sweeps import get_sweep
+    from monoattn_lab.cli.sweep import main as sweep_main
+    from monoattn_lab.paper_values import paper_values
+    from monoattn_lab.runs import prepared_data
+    from monoattn_lab.sweeps import get_sweep
 
     sweep = get_sweep("table3-cfq")
     assert list(sweep.cells) == [cell for cell in paper_values().tables["table3-scan"] if cell[0] == "cfq"]
@@ -809,8 +825,8 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     """A run that finishes after its sweep was stopped writes a record nobody commits; the next
     ``run --commit`` finds exactly the records of its own runs that git lacks or has changed, and
     commits each alone.  Other files (another sweep's record, a staged note) stay as they are."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
-    from fairseq_monoattn.experiments.git_records import commit_record, uncommitted_records
+    from monoattn_lab.cli.sweep import main as sweep_main
+    from monoattn_lab.git_records import commit_record, uncommitted_records
 
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True).stdout
@@ -861,7 +877,7 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
 
 @pytest.mark.long(19)
 def test_comparison_puts_variants_side_by_side(tmp_path):
-    from fairseq_monoattn.cli.common import parse_variant
+    from monoattn_lab.cli.common import parse_variant
 
     work, results = tmp_path / "work", tmp_path / "results"
     option_sets = dict([parse_variant("a="), parse_variant("b=--linear-init xavier")])
@@ -1001,7 +1017,7 @@ def test_each_task_with_a_reading_direction_starts_its_output_at_that_end():
 
 
 def test_length_curves_are_median_and_range_of_the_seeds_and_drawn_per_task(tmp_path):
-    from fairseq_monoattn.experiments import plots
+    from monoattn_lab import plots
 
     records = [
         record("recopy", "gru_onestep", seed, {"test15": a15, "test100": a100, "test_iid": 100})
@@ -1066,7 +1082,7 @@ def test_dedupe_runs_keep_the_source_end_marker_unless_a_variant_drops_it(tmp_pa
 def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
     """The Transformer presets go through runs and records too: the record keeps the model's own
     options (not the whole command line), and its command plans the same model."""
-    from fairseq_monoattn.experiments.runs import outdated_records
+    from monoattn_lab.outdated import outdated_records
 
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(arch="transformer_onestep", max_epoch=1))
@@ -1081,10 +1097,10 @@ def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
 
 
 def test_variants_side_by_side_from_records(tmp_path, capsys):
-    """aggregate --compare-variants: per cell with records of at least two of the variants named,
+    """aggregate variants: per cell with records of at least two of the variants named,
     the median at the paper's lengths and the seeds solved everywhere ("not run" for a variant
     without records); a cell of one variant alone is left out."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     def write(task, arch, variant, seed, accuracies):
         splits = ("test15", "test30", "test100")
@@ -1097,14 +1113,14 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
     write("inv_recopy", "gru_monoattn", "default", 2, (100, 90, 10))
     write("inv_recopy", "gru_monoattn", "other", 1, (100, 100, 100))
     write("recopy", "gru_onestep", "default", 1, (100, 100, 100))  # no "other": left out
-    assert aggregate_main(["--results", str(tmp_path), "--compare-variants", "default", "other"]) == 0
+    assert aggregate_main(["variants", "default", "other", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert (
         out[2]
         == "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | 100 / 100 / 100 (1 of 1) | 100 / 100 / 98.8 |"
     )
     assert len(out) == 3
-    assert aggregate_main(["--results", str(tmp_path), "--compare-variants", "default", "third", "other"]) == 0
+    assert aggregate_main(["variants", "default", "third", "other", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2] == (
         "| Inv ReCopy | gru_monoattn | 100 / 94.5 / 54 (1 of 2) | not run | 100 / 100 / 100 (1 of 1) "
@@ -1114,13 +1130,13 @@ def test_variants_side_by_side_from_records(tmp_path, capsys):
 
 
 def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
-    """aggregate --release: per cell the release ran, the paper's value, the release's median over
+    """aggregate release: per cell the release ran, the paper's value, the release's median over
     its runs and the plugin's median over its seeds, how many runs of each have the paper's verdict
     at every length, Fisher's p that both have the same share of such runs, and which of the two
     medians reaches another verdict; then how the cells where the plugin differs divide (the release
     differs too, both split by seed, no run of the plugin agrees, shares apart, not run)."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
-    from fairseq_monoattn.experiments.paper_values import paper_value
+    from monoattn_lab.cli.aggregate import main as aggregate_main
+    from monoattn_lab.paper_values import paper_value
 
     splits = ("test15", "test30", "test100")
     plugin, release = tmp_path / "plugin", tmp_path / "release"
@@ -1155,7 +1171,7 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     # not run by the release: listed when the plugin differs (Bi-Relative), left out when it agrees (Content)
     plugin_runs("gru_birelative", (0, 0, 0))
     plugin_runs("gru_content", (0, 0, 0))
-    assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 0
+    assert aggregate_main(["release", str(release), "--results", str(plugin)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 9
     assert paper_value("copy", "gru_mix_onestep", "test15") < 50  # the paper reports this cell as failing
@@ -1180,7 +1196,7 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"task": "copy", "arch": "gru_onestep", "variant": "torch-adamw", "seed": 1,
                                 "splits": {s: {"accuracy": 100} for s in splits}}))  # fmt: skip
-    assert aggregate_main(["--results", str(plugin), "--release", str(release), "--variant", "torch-adamw"]) == 0
+    assert aggregate_main(["release", str(release), "--results", str(plugin), "--variant", "torch-adamw"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "the plugin (torch-adamw): median (seeds)" in out[0] and len(out) == 5
     assert out[2].startswith("| Copy | gru_onestep |") and out[2].endswith(
@@ -1188,19 +1204,19 @@ def test_release_records_beside_the_paper_and_the_plugin(tmp_path, capsys):
     )
     assert out[4].startswith("Of the 0 cells whose plugin records (torch-adamw) differ from the paper")
     with pytest.raises(SystemExit):
-        aggregate_main(["--results", str(plugin), "--release", str(release), "--variant", "adamw"])
+        aggregate_main(["release", str(release), "--results", str(plugin), "--variant", "adamw"])
     assert "--variant 'adamw': no records of it" in capsys.readouterr().err
 
     (release / "copy" / "BiGRU_MixOneStep" / "seed1.json").write_text("{")
-    assert aggregate_main(["--results", str(plugin), "--release", str(release)]) == 1
+    assert aggregate_main(["release", str(release), "--results", str(plugin)]) == 1
     assert "seed1.json" in capsys.readouterr().err
 
 
 def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
-    """aggregate --against: the runs both folders have (task, model, variant, seed), a row for each
+    """aggregate against: the runs both folders have (task, model, variant, seed), a row for each
     run whose verdict changed at a paper length, the count of kept runs and run-lengths, each set's
     runs with the paper's verdict, and each set's CPU-hours; runs in only one folder are left out."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     def write(folder, rows):
         for row in rows:
@@ -1220,7 +1236,7 @@ def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
     write(again, [run("gru_onestep", 1, (100, 100, 97), 1800), run("gru_onestep", 2, (100, 60, 0), 1800),
                   run("gru_mix_onestep", 1, (0, 0, 0), 900), run("gru_relative", 1, (0, 0, 0)),
                   run("gru_onestep", 1, (0, 0, 0), variant="other")])  # fmt: skip
-    assert aggregate_main(["--results", str(again), "--against", str(earlier)]) == 0
+    assert aggregate_main(["against", str(earlier), "--results", str(again)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[2:] == [
         "| Copy | gru_onestep | 2 | 100 / 100 / 100 | 100 / 60 / 0 | yes | no |",
@@ -1230,23 +1246,23 @@ def test_records_trained_again_are_compared_run_by_run(tmp_path, capsys):
         "and scoring: 2.50 CPU-hours earlier, 1.25 again (0.50 of the earlier).",
     ]
     # --seeds: only those seeds' runs are paired (seed 1's OneStep kept its verdict, 97 at 100)
-    assert aggregate_main(["--results", str(again), "--against", str(earlier), "--seeds", "1"]) == 0
+    assert aggregate_main(["against", str(earlier), "--results", str(again), "--seeds", "1"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("2 runs in both sets: 2 kept their verdict at every length the paper reports (6 of 6 ")
     assert "run-lengths); 0 changed" in last
     with pytest.raises(SystemExit):
-        aggregate_main(["--results", str(again), "--against", str(earlier), "--seeds", "7", "8"])
+        aggregate_main(["against", str(earlier), "--results", str(again), "--seeds", "7", "8"])
     assert "--seeds 7 8: no records of them under" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        aggregate_main(["--results", str(again), "--against", str(tmp_path / "missing")])
+        aggregate_main(["against", str(tmp_path / "missing"), "--results", str(again)])
     error = capsys.readouterr().err
-    assert "--against" in error and "missing: no such folder" in error
+    assert "against" in error and "missing: no such folder" in error
 
 
 def test_fishers_exact_test_gives_the_textbook_values():
     """Two-sided p: the lady tasting tea (3 of 3 against 0 of 3: 2 / 20), 5 of 5 against 0 of 5
     (2 / 252), Fisher's own [[1, 9], [11, 3]] (0.002759), and 1 for tables as likely as any."""
-    from fairseq_monoattn.experiments.aggregate import fisher_exact
+    from monoattn_lab.aggregate import fisher_exact
 
     assert fisher_exact(3, 0, 0, 3) == pytest.approx(0.1)
     assert fisher_exact(5, 0, 0, 5) == pytest.approx(2 / 252)
@@ -1258,7 +1274,7 @@ def test_fishers_exact_test_gives_the_textbook_values():
 def test_a_sweep_writes_to_its_own_results_folder_unless_told(tmp_path, monkeypatch, capsys):
     """The paper's sweeps default to results/paper (what aggregate tables), the Transformer's to
     results/transformer, so that they never mix into the paper's tables; --results overrides both."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     monkeypatch.chdir(tmp_path)
     for sweep, folder in (("table2", "results/paper"), ("transformer", "results/transformer")):
@@ -1322,7 +1338,7 @@ def test_a_budget_seed_or_job_count_that_means_something_else_is_a_usage_error_b
     import importlib
 
     monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(f"fairseq_monoattn.cli.{argv[0]}").main
+    main = importlib.import_module(f"monoattn_lab.cli.{argv[0]}").main
     with pytest.raises(SystemExit) as stopped:
         main(argv[1:] + ["--work", "w", "--results", "r"])
     assert stopped.value.code == 2
@@ -1338,7 +1354,7 @@ def test_the_smoke_sweep_runs_in_a_folder_whose_results_hold_the_papers_runs_of_
     """In the repository root, results/paper holds the 25-epoch runs of the smoke sweep's cells: the
     smoke sweep's one-epoch records go to WORK/smoke-results and the paper's are left alone; the
     status of the smoke sweep over results/paper does not count a paper run as its own."""
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     monkeypatch.chdir(tmp_path)
     smoke = tiny_spec(seed=1, max_epoch=1)
@@ -1367,8 +1383,8 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
     count the run once, and a run whose place holds another run's record is not taken as done."""
     import shutil
 
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
-    from fairseq_monoattn.experiments.runs import read_records
+    from monoattn_lab.cli.aggregate import main as aggregate_main
+    from monoattn_lab.records import read_records
 
     _, results, spec, record = finished
     copy = tmp_path / "results"
@@ -1391,7 +1407,7 @@ def test_a_record_that_lies_elsewhere_than_its_contents_say_is_named_and_counted
         for path in misplaced
     )
     out = tmp_path / "RESULTS.md"
-    assert aggregate_main(["--results", str(copy), "--update", str(out)]) == 1
+    assert aggregate_main(["tables", "--results", str(copy), "--update", str(out)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert sorted(line for line in err if line.startswith("unreadable record:")) == sorted(
         f"unreadable record: {problem}" for problem in problems
@@ -1410,7 +1426,7 @@ def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tab
     """docs/experiments.md's three steps for a refused record (move it, set its variant, add the
     options the refusal lists): aggregate then tables it under the new variant, and a run of that
     variant with those options takes it as done; moved but not edited, it is named and left out."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
 
     _, _, spec, record = finished
     results = tmp_path / "results"
@@ -1419,20 +1435,21 @@ def test_an_outdated_record_moved_to_a_variant_of_its_own_as_the_docs_say_is_tab
     record = json.loads(json.dumps(record))
     record["model_config"]["step_temperature"] = 2.0  # trained before a default changed
     path.write_text(json.dumps(record))
-    assert aggregate_main(["--results", str(results)]) == 1
+    assert aggregate_main(["tables", "--results", str(results)]) == 1
     err = capsys.readouterr().err
     assert f"  {path}: step_temperature: 2.0 there, 5.0 now (its options: --step-temperature 2.0)" in err
     moved = path.parents[1] / "step-temperature-2" / path.name  # step 1 alone
     moved.parent.mkdir()
     path.rename(moved)
     capsys.readouterr()
-    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 1  # none readable
+    none_readable = aggregate_main(["tables", "--results", str(results), "--variant", "step-temperature-2"])
+    assert none_readable == 1
     assert f"unreadable record: {moved}: it is the record of copy/gru_onestep/default/seed3" in capsys.readouterr().err
     edited = json.loads(moved.read_text())  # steps 2 and 3
     edited["variant"] = "step-temperature-2"
     edited["options"] += ["--step-temperature", "2.0"]
     moved.write_text(json.dumps(edited))
-    assert aggregate_main(["--results", str(results), "--variant", "step-temperature-2"]) == 0
+    assert aggregate_main(["tables", "--results", str(results), "--variant", "step-temperature-2"]) == 0
     out = capsys.readouterr()
     assert out.err == "" and "Generated from 1 records" in out.out and "| copy | gru_onestep | 3 |" in out.out
     again = RunSpec(**{**spec.__dict__, "variant": "step-temperature-2", "options": ("--step-temperature", "2.0")})
@@ -1446,7 +1463,7 @@ def test_a_write_that_finds_the_disk_full_is_named_by_the_worker_with_its_file(f
     import errno
     import shutil
 
-    from fairseq_monoattn.experiments import runs, worker
+    from monoattn_lab import runs, worker
 
     work, results, spec, _ = finished
     copy = tmp_path / "work"
@@ -1499,14 +1516,14 @@ def test_ctrl_c_stops_a_sweep_cleanly_and_the_same_command_resumes_it(tmp_path):
     """SIGINT to the command's process group (a Ctrl-C at the terminal) while a run trains: no
     traceback, a line saying it was interrupted, what has records and how to resume, exit status
     130; the same command then finishes every run."""
-    from forked_commands import THREAD_ENV
+    from forked_commands import THREAD_ENV, script_argv
 
     work, results = tmp_path / "work", tmp_path / "results"
     specs = with_tiny_data(work, *(tiny_spec(seed=seed, max_epoch=4) for seed in (1, 2)))
     argv = ["copy", "--arch", "gru_onestep", "--seeds", "1", "2", "--max-epoch", "4", "--stop-after-perfect", "0",
             "--work", str(work), "--results", str(results)]  # fmt: skip
     runner = subprocess.Popen(
-        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        [*script_argv("fairseq-monoattn-run"), *argv],
         env=dict(os.environ, **THREAD_ENV),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -1531,7 +1548,7 @@ def test_ctrl_c_stops_a_sweep_cleanly_and_the_same_command_resumes_it(tmp_path):
     assert not any(s.record_path(results).exists() for s in specs)
     assert not (specs[1].run_dir(work) / "worker.log").exists()  # never started
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "fairseq-monoattn-run"), *argv],
+        [*script_argv("fairseq-monoattn-run"), *argv],
         env=dict(os.environ, **THREAD_ENV),
         capture_output=True,
         text=True,

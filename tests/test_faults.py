@@ -7,19 +7,17 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 from fairseq_cli_helpers import TINY, preprocess, rebinarized, swapped, tiny_spec, with_tiny_data, write_copy_dataset
-from forked_commands import THREAD_ENV, command
+from forked_commands import THREAD_ENV, command, script_argv
 
-from fairseq_monoattn.experiments.runs import run
 from fairseq_monoattn.models.presets import PRESETS
+from monoattn_lab.runs import run
 
-BIN = Path(sys.executable).parent
 ENV = dict(os.environ, **THREAD_ENV)
 
 
@@ -59,7 +57,7 @@ def test_a_bad_record_is_named_and_does_not_hide_the_others(trained, tmp_path, d
     bad = good.with_name("seed7.json")
     bad.write_text(damage(good.read_text()))
     before = bad.read_bytes()
-    done = command("fairseq-monoattn-aggregate", "--results", copy)
+    done = command("fairseq-monoattn-aggregate", "tables", "--results", copy)
     assert done.returncode == 1
     assert f"unreadable record: {bad}: " in done.stderr and named in done.stderr
     assert "Generated from 1 records" in done.stdout  # the good record is still tabled
@@ -74,7 +72,7 @@ def test_a_run_whose_record_is_damaged_is_refused_and_the_file_kept(trained, tmp
     shutil.copytree(results, copy)
     path = spec.record_path(copy)
     path.write_text('{"task": "copy", "arch"')
-    from fairseq_monoattn.experiments.launch import run_local
+    from monoattn_lab.launch import run_local
 
     outcome = run_local([spec], work, copy, log=lambda line: None)
     assert outcome[spec.key].startswith("failed: its record cannot be read") and str(path) in outcome[spec.key]
@@ -118,7 +116,8 @@ def test_a_damaged_checkpoint_is_one_line_naming_it(trained, tmp_path, damage, n
 
 
 def test_resuming_from_a_damaged_checkpoint_names_it(trained, tmp_path):
-    from fairseq_monoattn.experiments.runs import RunError, check_checkpoint_matches, train_command
+    from monoattn_lab.outdated import check_checkpoint_matches
+    from monoattn_lab.spec import RunError, train_command
 
     work, _, spec, _, data, checkpoint = trained
     broken = tmp_path / "checkpoint_last.pt"
@@ -296,7 +295,7 @@ def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, whe
         "fairseq-monoattn-run", "copy", "--arch", "gru_onestep", "--seeds", "2", "--max-epoch", "4",
         "--stop-after-perfect", "0", "--work", work, "--results", results,
     ]  # fmt: skip
-    runner = subprocess.Popen([str(BIN / argv[0]), *map(str, argv[1:])], env=ENV, stdout=subprocess.DEVNULL,
+    runner = subprocess.Popen([*script_argv(argv[0]), *map(str, argv[1:])], env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     run_dir = spec.run_dir(work)
     if when == "training":

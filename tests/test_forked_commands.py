@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not server_running(), reason="no command server 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["fairseq-monoattn-aggregate", "--results", "nowhere"],  # the plugin's one-line error, exit 2
+        ["fairseq-monoattn-aggregate", "tables", "--results", "nowhere"],  # the lab's one-line error, exit 2
         ["fairseq-monoattn-score", "--checkpoint", "none.pt", "--data", ".", "--splits", "t", "--out", "s.json"],
         ["fairseq-train", "data", "--arch", "no_such_arch"],  # argparse's error, exit 2
         ["fairseq-monoattn-user-dir"],  # prints the plugin's folder, exit 0
@@ -37,5 +37,5 @@ def test_a_forked_command_runs_in_its_folder_and_is_killed_at_its_timeout(tmp_pa
     assert (out / "manifest.json").is_file()  # relative to cwd
     with pytest.raises(subprocess.TimeoutExpired):
         command("fairseq-train", "--help", timeout=0.01)
-    after = command("fairseq-monoattn-aggregate", "--results", "nowhere", cwd=tmp_path)
+    after = command("fairseq-monoattn-aggregate", "tables", "--results", "nowhere", cwd=tmp_path)
     assert after.returncode == 2 and "--results nowhere: no such folder" in after.stderr  # still serving

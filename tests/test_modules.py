@@ -911,7 +911,7 @@ def test_the_tied_output_layer_is_the_two_maps_in_turn(words):
     way the logits and every gradient are those of the two maps in turn (float64)."""
     from fairseq.data import Dictionary
 
-    from fairseq_monoattn.benchmarking import build_preset
+    from monoattn_lab.benchmarking import build_preset
 
     dictionary = Dictionary()
     for i in range(words):
@@ -939,7 +939,7 @@ def test_the_decoders_log_probabilities_are_torchs_log_softmax(words):
     from fairseq import utils as fairseq_utils
     from fairseq.data import Dictionary
 
-    from fairseq_monoattn.benchmarking import build_preset
+    from monoattn_lab.benchmarking import build_preset
 
     dictionary = Dictionary()
     for i in range(words):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_monoattn.catalog import TABLE2_TASKS, TABLE6_TASKS, TASKS
-from fairseq_monoattn.experiments.paper_values import (
+from monoattn_lab.paper_values import (
     COLUMNS,
     PAPER_TABLES,
     PAPER_VALUES_FILE,
@@ -356,7 +356,7 @@ def test_a_file_without_a_table_or_without_values_is_refused(tmp_path):
 @pytest.fixture
 def shipped_file_replaced(monkeypatch):
     """Make the package's values file another one (the reader's cache emptied before and after)."""
-    from fairseq_monoattn.experiments import paper_values as module
+    from monoattn_lab import paper_values as module
 
     def replace(path):
         monkeypatch.setattr(module, "PAPER_VALUES_FILE", path)
@@ -369,8 +369,8 @@ def shipped_file_replaced(monkeypatch):
 def test_the_commands_refuse_a_bad_values_file_in_one_line_before_any_work(tmp_path, shipped_file_replaced, capsys):
     """fairseq-monoattn-aggregate (before it reads a record or writes its --update file) and the
     sweep's --more-seeds-where-different stop with the reader's line, exit status 1."""
-    from fairseq_monoattn.cli.aggregate import main as aggregate_main
-    from fairseq_monoattn.cli.sweep import main as sweep_main
+    from monoattn_lab.cli.aggregate import main as aggregate_main
+    from monoattn_lab.cli.sweep import main as sweep_main
 
     path, number = changed(tmp_path, edit(*COPY_15, "value", "n/a"))
     shipped_file_replaced(path)
@@ -379,7 +379,7 @@ def test_the_commands_refuse_a_bad_values_file_in_one_line_before_any_work(tmp_p
     target.write_text("kept\n")
     expected = f"error: {path}, line {number}: value 'n/a' is not a number"
     with pytest.raises(SystemExit) as stopped:
-        aggregate_main(["--results", str(results), "--update", str(target)])
+        aggregate_main(["tables", "--results", str(results), "--update", str(target)])
     assert str(stopped.value) == expected and target.read_text() == "kept\n"
     argv = ["status", "table2", "--results", str(results), "--more-seeds-where-different", "4"]
     with pytest.raises(SystemExit) as stopped:

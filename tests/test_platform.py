@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from forked_commands import script_argv
 
 from fairseq_monoattn.testing import build, digit_dictionary
 
-BIN = Path(sys.executable).parent
 D = digit_dictionary()
 
 
@@ -24,8 +24,8 @@ def python(code: str, cwd=None):
 def test_the_package_registers_once_fairseq_is_imported_and_the_fast_commands_never_import_it():
     done = python(
         "import sys\n"
-        "import fairseq_monoattn, fairseq_monoattn.catalog, fairseq_monoattn.cli.prepare, fairseq_monoattn.cli.sweep\n"
-        "import fairseq_monoattn.cli.aggregate, fairseq_monoattn.models.options, fairseq_monoattn.experiments.sweeps\n"
+        "import fairseq_monoattn, fairseq_monoattn.catalog, fairseq_monoattn.cli.prepare, monoattn_lab.cli.sweep\n"
+        "import monoattn_lab.cli.aggregate, fairseq_monoattn.models.options, monoattn_lab.sweeps\n"
         "assert 'fairseq' not in sys.modules, 'fairseq imported'\n"
         "from fairseq.models import ARCH_MODEL_REGISTRY\n"
         "from fairseq.tasks import TASK_REGISTRY\n"
@@ -75,8 +75,8 @@ PLANNED_VARIANTS = [
 def test_the_planned_model_config_is_what_fairseqs_parser_gives():
     """aggregate and sweep status tell outdated records without fairseq; they must see the model
     fairseq-train builds, preset, defaults and the variant's options included."""
-    from fairseq_monoattn.experiments.runs import RunSpec, parsed_model_config, planned_model_config, train_command
     from fairseq_monoattn.models.presets import PRESETS
+    from monoattn_lab.spec import RunSpec, parsed_model_config, planned_model_config, train_command
 
     checked = 0
     for arch in ["gru_seq2seq", *PRESETS]:
@@ -104,7 +104,11 @@ def test_a_checkpoint_from_before_the_step_modules_loads():
 
 def command(name, *argv, cwd):
     return subprocess.run(
-        [str(BIN / f"fairseq-monoattn-{name}"), *map(str, argv)], capture_output=True, text=True, cwd=cwd, timeout=300
+        [*script_argv(f"fairseq-monoattn-{name}"), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
     )
 
 
@@ -139,7 +143,9 @@ BAD_CALLS = [
     ("sweep", ["run", "table22"], "unknown sweep 'table22'"),
     ("sweep", ["run", "table2", "--arch", "gru_onestepp"], "--arch: table2 has no gru_onestepp"),
     ("sweep", ["status", "table2", "--task", "cop"], "--task: unknown task 'cop'"),
-    ("aggregate", ["--results", "nowhere"], "--results nowhere: no such folder"),
+    ("aggregate", ["tables", "--results", "nowhere"], "--results nowhere: no such folder"),
+    ("aggregate", [], "the following arguments are required: VIEW"),
+    ("aggregate", ["table"], "invalid choice: 'table'"),
     (
         "score",
         ["--checkpoint", "none.pt", "--data", ".", "--splits", "test", "--out", "s.json"],
@@ -166,7 +172,7 @@ def test_a_bad_name_or_value_is_one_line_exit_2_and_nothing_is_created(tmp_path,
 def test_a_variant_may_set_task_and_scheduler_options(tmp_path):
     """The check parses a variant after the recipe, as fairseq-train will: the task's and the lr
     scheduler's options are known (the variant fairseq-habits sets both)."""
-    from fairseq_monoattn.cli.common import Parser, check_train_options
+    from monoattn_lab.cli.common import Parser, check_train_options
 
     parser = Parser(prog="test")
     check_train_options(parser, "gru_monoattn", "habits", ["--train-batches", "sorted", "--lr-patience", "3"])
@@ -183,7 +189,7 @@ def test_the_commands_agree_on_names_and_show_their_defaults(tmp_path):
             ("sweep", ["run"]),
             ("score", []),
             ("plot-attention", []),
-            ("aggregate", []),
+            ("aggregate", ["tables"]),
         )
     }
     for name in ("run", "compare", "sweep"):

@@ -1,7 +1,7 @@
 """The presets compute the authors' function: each fixture under tests/fixtures/release/ holds a
 release model's initial weights and what it computed on one batch (sources of 5, 10, 15 and 40
 digits, teacher forced, float64; PROVENANCE.md there).  Converted onto its preset with
-fairseq_monoattn.release, the plugin gives the same log-probabilities, attention weights and
+monoattn_lab.release, the plugin gives the same log-probabilities, attention weights and
 direction gate."""
 
 import dataclasses
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_monoattn.release import (
+from fairseq_monoattn.testing import batch, build, digit_dictionary
+from monoattn_lab.release import (
     RELEASE_CHECKOUT_FILES,
     RELEASE_CONVENTIONS,
     ReleaseConversionError,
     check_release_checkout,
     convert,
 )
-from fairseq_monoattn.testing import batch, build, digit_dictionary
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "release"
 NAMES = sorted(path.stem for path in FIXTURES.glob("*.pt"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_monoattn.experiments.aggregate import BEGIN, END, render
-from fairseq_monoattn.experiments.runs import read_records
+from monoattn_lab.aggregate import BEGIN, END, render
+from monoattn_lab.records import read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_generated_tables_are_those_of_the_committed_records(results_text):
     assert not problems
     assert render(records, "default", plots) == current, (
         "RESULTS.md is not what the records give: run "
-        "`fairseq-monoattn-aggregate --results results/paper --update RESULTS.md --plots docs/figures`"
+        "`fairseq-monoattn-aggregate tables --results results/paper --update RESULTS.md --plots docs/figures`"
     )
 
 
@@ -69,3 +69,33 @@ def test_hand_written_counts_are_the_generated_count(results_text, counts):
     assert f"Of the other {compared - agree}," in readme
     assert f"verdict ({agree} of {compared})" in words(REPO_ROOT / "docs" / "experiments.md")
     assert f"{agree} of {compared} cells agree." in words(REPO_ROOT / "docs" / "results" / "disagreements.md")
+
+
+def documented_aggregate_commands():
+    """Every fairseq-monoattn-aggregate command line the documents show with arguments (a line
+    ending in a backslash continues on the next; placeholders in brackets or "..." left out), as
+    (file, argument list)."""
+    import shlex
+
+    found = []
+    for path in [REPO_ROOT / "README.md", REPO_ROOT / "RESULTS.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text().replace("\\\n", " ")
+        for match in re.finditer(r"fairseq-monoattn-aggregate( [^`\n]*)", text):
+            words = match.group(1).strip()
+            if words and "[" not in words and "..." not in words:
+                found.append((path.relative_to(REPO_ROOT), shlex.split(words, comments=True)))
+    return found
+
+
+def test_every_documented_aggregate_command_parses_as_written():
+    from monoattn_lab.cli.aggregate import build_parser
+
+    commands = documented_aggregate_commands()
+    views = {argv[0] for _, argv in commands}
+    assert {"tables", "variants", "release", "against"} <= views and len(commands) >= 15
+    parser = build_parser()
+    for path, argv in commands:
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"{path}: fairseq-monoattn-aggregate {' '.join(argv)} does not parse")

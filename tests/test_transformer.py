@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command, write_copy_dataset
 from model_helpers import greedy_decoder_lengths, random_digits
 
-from fairseq_monoattn.experiments.sweeps import LENGTH_GENERALISATION_OPTIONS
 from fairseq_monoattn.models.transformer_monoattn import LENGTH_GENERALISATION, TRANSFORMER_PRESETS
 from fairseq_monoattn.testing import (
     assert_incremental_equals_full,
@@ -19,6 +18,7 @@ from fairseq_monoattn.testing import (
     build,
     digit_dictionary,
 )
+from monoattn_lab.sweeps import LENGTH_GENERALISATION_OPTIONS
 
 D = digit_dictionary()
 SOURCES = [list("31415"), list("2718281828459045"), list("7"), list("123456789012345678901234567890")]

@@ -25,7 +25,7 @@ Steps (one function each):
 
 With ``--initial-weights`` nothing is trained: for each run N the release's ``train.py`` runs until
 it has built its model (its own seeding, data loading and model construction) and the model's
-initial state dict is kept, converted onto the matching preset (``fairseq_monoattn.release``) and
+initial state dict is kept, converted onto the matching preset (``monoattn_lab.release``) and
 written as a fairseq checkpoint, WORK/TASK-dataK/initial_weights/MODEL-runN.pt (never over an
 existing file).  ``fairseq-train --finetune-from-model`` that file starts the plugin from the
 weights the release's run N starts from (``--results`` is not needed then).
@@ -77,7 +77,7 @@ SOURCE_EOS = ("dedup",)  # process_dedupe.py keeps "<eos>" at the end of the sou
 # the release's test keys for the Lookup files (test_iid = heldout_inputs, testN = longer_seen_{(N-5)/2})
 LOOKUP_TEST_KEYS = {"test_iid": "normal", "test7": "long1", "test9": "long3", "test11": "long5"}
 # The record names two presets per release model: the one computing the release's function
-# (fairseq_monoattn.release.RELEASE_MODELS) and the one of the same name, which differs only for the
+# (monoattn_lab.release.RELEASE_MODELS) and the one of the same name, which differs only for the
 # release's Mix OneStep / MonoAttn / RMonoAttn configs (and PR forms): they never mix, so they
 # compute the unmixed presets' function while their names are those of the mixing presets.
 NAMED_LIKE = {
@@ -94,7 +94,7 @@ DIGITS = [str(i) for i in range(10)]  # the digit scripts' `vocab`
 def release_models() -> dict:
     """Release --model -> the plugin preset computing its function (imported here, in the plugin's
     interpreter only: the release's interpreter has no fairseq_monoattn)."""
-    from fairseq_monoattn.release import RELEASE_MODELS
+    from monoattn_lab.release import RELEASE_MODELS
 
     return RELEASE_MODELS
 
@@ -118,7 +118,7 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.results is None and not args.initial_weights:
         parser.error("--results is required (unless --initial-weights)")
-    from fairseq_monoattn.release import check_release_checkout
+    from monoattn_lab.release import check_release_checkout
 
     try:
         args.release = check_release_checkout(args.release)
@@ -311,7 +311,7 @@ def write_initial_weights(args, folder: Path, manifest: dict, run: int):
     import torch
     from fairseq.data import Dictionary
 
-    from fairseq_monoattn.release import convert, write_fairseq_checkpoint
+    from monoattn_lab.release import convert, write_fairseq_checkpoint
 
     out = folder / "initial_weights" / f"{args.model}-run{run}.pt"
     if out.exists():

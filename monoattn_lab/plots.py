@@ -2,18 +2,19 @@
 seeds), the range of the seeds shaded, the paper's training lengths marked.  Given several
 variants, one line per model and variant.
 
-    fairseq-monoattn-aggregate --results results/paper --plots docs/figures
-    fairseq-monoattn-aggregate --results results/transformer --compare-variants default no-pos --plots FIGURES
+    fairseq-monoattn-aggregate tables --results results/paper --plots docs/figures
+    fairseq-monoattn-aggregate variants default no-pos --results results/transformer --plots FIGURES
 """
 
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence, Union
 
-from ..attention_plots import pyplot
-from ..catalog import TASKS, title
+from fairseq_monoattn.attention_plots import pyplot
+from fairseq_monoattn.catalog import TASKS, title
+
 from .aggregate import collect
-from .runs import DEFAULT_VARIANT
+from .spec import DEFAULT_VARIANT
 
 
 def length_of(split: str):

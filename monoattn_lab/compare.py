@@ -12,10 +12,12 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..catalog import TASKS
+from fairseq_monoattn.catalog import TASKS
+
 from .aggregate import split_label, split_order
 from .launch import run_local
-from .runs import RunSpec, read_records
+from .records import read_records
+from .spec import RunSpec
 
 
 def comparison_specs(

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
-from ..catalog import TASKS
-from ..errors import PluginError
+from fairseq_monoattn.catalog import TASKS
+from fairseq_monoattn.errors import PluginError
 
 Value = Union[float, Tuple[float, float]]
 

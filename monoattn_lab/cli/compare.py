@@ -34,8 +34,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if len(variants) < 2:
         parser.error("give at least two --variant with different names")
     check_run_inputs(parser, args.task, [args.arch], variants, args.user_dir)
-    from ..experiments.compare import compare
-    from ..experiments.launch import summarize_outcome
+    from ..compare import compare
+    from ..launch import summarize_outcome
 
     user_dir = str(args.user_dir.resolve()) if args.user_dir else None
     table, outcome = compare(

@@ -30,14 +30,14 @@ def build_parser() -> Parser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ..experiments.runs import DEFAULT_VARIANT, RunSpec
+    from ..spec import DEFAULT_VARIANT, RunSpec
 
     variants = variants_from(parser, [args.variant] if args.variant else []) or {DEFAULT_VARIANT: ()}
     check_run_inputs(parser, args.task, args.arch, variants, args.user_dir)
     name, options = next(iter(variants.items()))
-    from ..experiments.aggregate import render
-    from ..experiments.launch import run_local, summarize_outcome
-    from ..experiments.runs import read_records
+    from ..aggregate import render
+    from ..launch import run_local, summarize_outcome
+    from ..records import read_records
 
     user_dir = str(args.user_dir.resolve()) if args.user_dir else None
     specs = [

@@ -4,7 +4,7 @@ submitit's local executor) through ``submitit``.
 Local: ``jobs`` worker processes at once, each pinned (``taskset``) to its own share of the
 cores this process may use, each with ``OMP_NUM_THREADS`` = the size of its share, or the
 ``OMP_NUM_THREADS`` this process was given where that is smaller.  Every run
-is a separate ``python -m fairseq_monoattn.experiments.worker`` process, so a crash or a kill
+is a separate ``python -m monoattn_lab.worker`` process, so a crash or a kill
 loses that run's current epoch only (it resumes from ``checkpoint_last.pt``).
 
 submitit: one array job, one task per run; ``requeue`` on preemption comes from submitit's
@@ -27,21 +27,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .processes import die_with_parent
-from .runs import (
-    BUSY_EXIT,
-    INTERRUPTED_EXIT,
-    PLUGIN_DIR,
-    RecordError,
-    RunBusy,
-    RunError,
-    RunSpec,
-    check_record_matches,
-    last_error,
-    read_record,
-    run,
-    run_seconds,
-    spec_from_dict,
-)
+from .records import RecordError, check_record_matches, read_record, run_seconds
+from .runs import last_error, run
+from .spec import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError, RunSpec, spec_from_dict
+
+LAB_DIR = Path(__file__).resolve().parent  # this package: its workers start beside it
 
 
 def cpu_shares(jobs: int, cpus: Optional[Sequence[int]] = None) -> List[List[int]]:
@@ -167,7 +157,7 @@ def run_local(
             command = [
                 sys.executable,
                 "-m",
-                "fairseq_monoattn.experiments.worker",
+                "monoattn_lab.worker",
                 spec_to_json(spec),
                 str(Path(work).resolve()),
                 str(Path(results).resolve()),
@@ -190,7 +180,7 @@ def run_local(
                         workers[spec.key] = subprocess.Popen(
                             command,
                             env=env,
-                            cwd=PLUGIN_DIR.parent,
+                            cwd=LAB_DIR.parent,
                             stdout=out,
                             stderr=subprocess.STDOUT,
                             preexec_fn=die_with_parent(),

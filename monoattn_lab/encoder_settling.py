@@ -13,7 +13,7 @@ logit beta f_dir(e_cls) (g = sigmoid(logit)) is given for 1 .. k copies: the sum
 settled encoder does not change with the number of copies.
 
     from fairseq_monoattn.attention_maps import load_checkpoint
-    from fairseq_monoattn.encoder_settling import settling
+    from monoattn_lab.encoder_settling import settling
     loaded = load_checkpoint("checkpoints/checkpoint_best.pt", "data/bin")
     report = settling(loaded.model, loaded.task.source_dictionary, "1 1 1 4 7 7 7", copies=8)
     report.forward_drift      # [drift_0, .., drift_6]
@@ -24,7 +24,7 @@ from typing import List, Optional
 
 import torch
 
-from .attention_maps import encode
+from fairseq_monoattn.attention_maps import encode
 
 
 @dataclass

@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from .runs import RunSpec
+from .spec import RunSpec
 
 
 def git_toplevel(folder: Path) -> Optional[Path]:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, TASKS
-from .runs import RunError, RunSpec, read_records, run_seconds
+from fairseq_monoattn.catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, TASKS
+
+from .records import read_records, run_seconds
+from .spec import RunError, RunSpec
 
 MAX_EPOCH = 25
 STOP_AFTER_PERFECT = 3
@@ -263,7 +265,9 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
     and their CPU-hours (from the sweep's own records, or before it has any, every record of its
     cells), records not committed, records whose model is no longer the one their command builds."""
     from .git_records import uncommitted_records
-    from .runs import check_record_matches, describe_differences, outdated_records, record_place
+    from .outdated import describe_differences, outdated_records
+    from .records import check_record_matches
+    from .spec import record_place
 
     specs = sweep.specs()
     by_path = {str(record_place(results, r["task"], r["arch"], r["variant"], r["seed"])): r for r in records}

@@ -34,8 +34,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from .files import atomic_output
-from .recipes import option_words
+from fairseq_monoattn.files import atomic_output
+from fairseq_monoattn.recipes import option_words
 
 # release --model -> the plugin preset computing the same function
 RELEASE_MODELS: Dict[str, str] = {
@@ -316,9 +316,8 @@ def write_fairseq_checkpoint(converted: ConvertedModel, data_bin, out, source: O
     from omegaconf import OmegaConf
 
     import fairseq_monoattn
-
-    from .dictionaries import is_dictionary_entry
-    from .recipes import PAPER_RECIPE
+    from fairseq_monoattn.dictionaries import is_dictionary_entry
+    from fairseq_monoattn.recipes import PAPER_RECIPE
 
     fairseq_monoattn.register()
     out = Path(out)

@@ -1,10 +1,10 @@
 """One run in its own process (what the local launcher starts):
 
-python -m fairseq_monoattn.experiments.worker SPEC_JSON WORK RESULTS
+python -m monoattn_lab.worker SPEC_JSON WORK RESULTS
 
-Before anything else the worker imports what fairseq-train needs and forks the child that will
-train (:class:`~.processes.ForkedTraining`), so the run's training starts without importing torch
-and fairseq a second time.
+Before anything else the worker imports what fairseq-train needs and forks the command server
+that will start its training (:class:`~.processes.CommandServer`), so the run's training starts
+without importing torch and fairseq a second time.
 """
 
 import sys
@@ -12,22 +12,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .launch import spec_from_json
-from .processes import ForkedTraining, preload_fairseq_train
-from .runs import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError, run
+from .processes import FAIRSEQ_TRAIN, CommandServer, preload_fairseq_train
+from .runs import run
+from .spec import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError
 
 
 @contextmanager
 def forked_training():
-    """A :class:`ForkedTraining` for this environment's fairseq-train, where processes fork."""
+    """A :class:`CommandServer` of fairseq-train, where processes fork (else None)."""
     if not sys.platform.startswith("linux"):
         yield None
         return
     preload_fairseq_train()
-    forked = ForkedTraining(str(Path(sys.executable).parent / "fairseq-train"))
+    server = CommandServer(FAIRSEQ_TRAIN)
     try:
-        yield forked
+        yield server
     finally:
-        forked.close()
+        server.close()
 
 
 def main(argv=None) -> int:

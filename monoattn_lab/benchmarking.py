@@ -39,13 +39,13 @@ from fairseq.data import Dictionary, data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
-from .data.digits import RULES
-from .data.prepare import prepare
-from .models.presets import PRESETS  # importing this package registered the architectures
-from .modules import compiled
-from .modules.step_linear import read_rows, score_rows
+from fairseq_monoattn.data.digits import RULES
+from fairseq_monoattn.data.prepare import prepare
+from fairseq_monoattn.models.presets import PRESETS  # importing this package registered the architectures
+from fairseq_monoattn.modules import compiled
+from fairseq_monoattn.modules.step_linear import read_rows, score_rows
 
-PLUGIN_DIR = Path(__file__).resolve().parent  # the fairseq_monoattn package, for --user-dir
+from .spec import PLUGIN_DIR  # the plugin's package, for --user-dir
 
 LSTM_ARGS = (
     "--arch lstm --encoder-bidirectional --encoder-embed-dim 64 --encoder-hidden-size 64 "
@@ -77,7 +77,7 @@ def reference_args(arch: str):
 
 def all_presets():
     """The names of every preset, in their registry order (the GRU presets, then the Transformer's)."""
-    from .models.transformer_monoattn import TRANSFORMER_PRESETS
+    from fairseq_monoattn.models.transformer_monoattn import TRANSFORMER_PRESETS
 
     return list(PRESETS) + list(TRANSFORMER_PRESETS)
 
@@ -191,7 +191,7 @@ def timed_fairseq_train(argv) -> None:
 def update_split(data_bin: Path, model_args, updates: int, num_workers: int = 0) -> dict:
     """``timed_fairseq_train`` of ``model_args`` in a child process, with the training options of
     ``train_once``: {"loop", "trainer", "model"} in milliseconds an update."""
-    code = "import sys; from fairseq_monoattn import benchmarking; benchmarking.timed_fairseq_train(sys.argv[1:])"
+    code = "import sys; from monoattn_lab import benchmarking; benchmarking.timed_fairseq_train(sys.argv[1:])"
     with tempfile.TemporaryDirectory() as save_dir:
         arguments = train_arguments(data_bin, model_args, updates, updates, save_dir, num_workers)
         done = subprocess.run([sys.executable, "-c", code, *arguments], capture_output=True, text=True)
@@ -238,7 +238,7 @@ def epoch_seconds(task: str, arch: str, root: Path, epochs: int = 2, checkout: O
     data = prepared_once(task, root / f"{task}-seed1", joined_dictionary=True).resolve()
     env, cwd = dict(os.environ, PYTHONUNBUFFERED="1"), None
     if checkout is None:
-        from .recipes import recipe_options
+        from fairseq_monoattn.recipes import recipe_options
 
         plugin, recipe = PLUGIN_DIR, recipe_options("paper", max_epoch=epochs)
     else:

@@ -23,7 +23,7 @@ from .common import (
 
 
 def build_parser() -> Parser:
-    from ..experiments.sweeps import SWEEPS
+    from ..sweeps import SWEEPS
 
     parser = Parser(prog="fairseq-monoattn-sweep", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,status}", parser_class=Parser)
@@ -75,7 +75,7 @@ def build_parser() -> Parser:
 
 @interruptible
 def main(argv: Optional[List[str]] = None) -> int:
-    from ..experiments.sweeps import SWEEPS, get_sweep
+    from ..sweeps import SWEEPS, get_sweep
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -96,14 +96,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.results = sweep.results_folder(args.work)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
-    from ..experiments.runs import read_records
+    from ..records import read_records
 
     records, problems = read_records(args.results) if args.results.exists() else ([], [])
     for problem in problems:
         print(f"unreadable record: {problem}", file=sys.stderr)
     if args.more_seeds_where_different:
-        from ..experiments.paper_values import PaperValuesError, paper_values
-        from ..experiments.sweeps import with_more_seeds
+        from ..paper_values import PaperValuesError, paper_values
+        from ..sweeps import with_more_seeds
 
         try:
             paper_values()  # which cells disagree is read off the paper's values file
@@ -112,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sweep, count = with_more_seeds(sweep, records, args.more_seeds_where_different)
         print(f"{count} cells disagree with the paper: adding seeds {args.more_seeds_where_different}")
     if args.command == "status":
-        from ..experiments.sweeps import status
+        from ..sweeps import status
 
         print("\n".join(status(sweep, args.results, records)))
         if problems:
@@ -126,10 +126,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def run_sweep(parser: Parser, args, sweep) -> int:
-    from ..experiments import launch
-    from ..experiments.git_records import commit_record, uncommitted_records
-    from ..experiments.runs import RunError
-    from ..experiments.sweeps import prepare_source_data
+    from .. import launch
+    from ..git_records import commit_record, uncommitted_records
+    from ..spec import RunError
+    from ..sweeps import prepare_source_data
 
     def log(line: str) -> None:
         print(line, flush=True)

@@ -1,0 +1,216 @@
+"""One training run of the paper's recipe, from prepared data to a small JSON record.
+
+A run is named by a :class:`~monoattn_lab.spec.RunSpec`.  Everything large lives under a *work*
+folder that stays out of git; the record (:mod:`monoattn_lab.records`), a few hundred bytes of
+JSON, goes to a *results* folder that is meant to be committed, so that no finished run is lost
+when a machine goes away:
+
+    WORK/data/TASK-dataSEED/{raw,bin,manifest.json}          prepared once (a lock guards it)
+    WORK/runs/TASK/ARCH/VARIANT/seedN/{checkpoints/, train.log, command.txt, scores.json}
+    RESULTS/TASK/ARCH/VARIANT/seedN.json                     the record
+
+A run whose record exists is skipped; an interrupted run continues from its
+``checkpoint_last.pt`` (fairseq's own restore); a run folder started with another command,
+or whose checkpoint holds another model than the command builds now, is refused, never
+overwritten (:mod:`monoattn_lab.outdated`).
+"""
+
+import fcntl
+import os
+import re
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import List, Optional
+
+from fairseq_monoattn.files import write_json_atomic
+
+from .outdated import check_checkpoint_matches
+from .records import check_record_matches, make_record, read_json, read_record
+from .spec import RunBusy, RunError, RunSpec, train_command
+
+# --- data ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def file_lock(path: Path, busy: Optional[str] = None):
+    """An exclusive lock on ``path`` for the ``with`` block, released when the process ends
+    however it ends.  Waits for another holder, or with ``busy`` raises RunBusy(busy) at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if busy is None else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise RunBusy(busy) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def prepared_data(spec: RunSpec, work: Path, data_dir: Optional[Path] = None) -> Path:
+    """The prepared data folder of the spec's task and data seed (prepared here if missing;
+    concurrent runs wait on a lock instead of preparing it twice).  ``data_dir``: the source data
+    of a task the repository does not ship (CFQ), read only when the folder is not prepared yet."""
+    from fairseq_monoattn.data.common import DataError
+    from fairseq_monoattn.data.prepare import prepare
+
+    folder = spec.data_dir(work)
+    with file_lock(Path(work) / "data" / f".{folder.name}.lock"):
+        manifest_file = folder / "manifest.json"
+        if not manifest_file.exists():
+            try:
+                prepare(spec.task, folder, seed=spec.data_seed, data_dir=data_dir, joined_dictionary=True)
+            except DataError as error:  # e.g. CFQ without --data-dir: the builder names what it needs
+                raise RunError(f"{spec.task}: cannot prepare {folder}: {error}") from None
+        manifest = read_json(manifest_file, "the data's manifest")
+    if manifest["task"] != spec.task or manifest["seed"] != spec.data_seed:
+        raise RunError(
+            f"{folder} holds {manifest['task']} data with seed {manifest['seed']}, "
+            f"not {spec.task} with seed {spec.data_seed}"
+        )
+    return folder
+
+
+def test_splits(data: Path) -> List[str]:
+    manifest = read_json(data / "manifest.json", "the data's manifest")
+    return [split for split in manifest["splits"] if split.startswith("test")]
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+
+def run(spec: RunSpec, work: Path, results: Path, log=print, forked=None) -> dict:
+    """Train, score and record one run (or return its existing record).  fairseq-train inherits
+    this process's environment (the local launcher sets OMP_NUM_THREADS and pins the cores); it
+    runs as a command, or forked from ``forked`` (a :class:`~.processes.CommandServer`) where given."""
+    record_path = spec.record_path(results)
+    if record_path.exists():
+        return existing_record(spec, record_path)
+    data = prepared_data(spec, work)
+    run_dir = spec.run_dir(work)
+    # one process trains a run at a time: a second sweep over the same work folder skips it
+    busy = (
+        f"{spec.key} is being trained by another process in {run_dir} (it holds "
+        f"{run_dir / '.lock'}); nothing was changed"
+    )
+    with file_lock(run_dir / ".lock", busy=busy):
+        if record_path.exists():  # the other process finished it while this one prepared the data
+            return existing_record(spec, record_path)
+        return train_score_record(spec, data, run_dir, record_path, log, forked)
+
+
+def existing_record(spec: RunSpec, record_path: Path) -> dict:
+    record = read_record(record_path)
+    check_record_matches(record, spec, record_path)
+    return record
+
+
+def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Path, log, forked=None) -> dict:
+    """The body of :func:`run`, under the run folder's lock."""
+    command = train_command(spec, data, run_dir)
+    recorded = " ".join(command)
+    command_file = run_dir / "command.txt"
+    if command_file.exists() and command_file.read_text().strip() != recorded:
+        raise RunError(
+            f"{run_dir} was started with another command:\n  {command_file.read_text().strip()}\n"
+            f"now:\n  {recorded}\n(nothing was changed; use another work folder or variant name)"
+        )
+    command_file.write_text(recorded + "\n")
+    last_checkpoint = run_dir / "checkpoints" / "checkpoint_last.pt"
+    scores_file = run_dir / "scores.json"
+    if last_checkpoint.exists() and not scores_file.exists():
+        check_checkpoint_matches(last_checkpoint, command)
+    timing_file = run_dir / "timing.json"
+    timing = read_json(timing_file, "the run's timing") if timing_file.exists() else {"training_seconds": 0.0}
+    if not scores_file.exists():
+        forked = forked if forked is not None and forked.serves(command) else None
+        log(f"[{spec.key}] training" + (" (fairseq-train forked from this worker)" if forked else ""))
+        with open(run_dir / "stdout.log", "a") as out:
+            code = run_timed(command, out, timing, timing_file, forked)
+        if code != 0:
+            cause = last_error(run_dir / "stdout.log")
+            raise RunError(
+                f"fairseq-train failed for {spec.key} (exit {code})"
+                + (f": {cause}" if cause else "")
+                + f"; see {run_dir / 'stdout.log'}"
+            )
+        log(f"[{spec.key}] scoring checkpoint_best.pt")
+        from fairseq_monoattn.scoring import score  # torch and fairseq: not for the commands that only plan runs
+
+        start = time.time()
+        score(
+            run_dir / "checkpoints" / "checkpoint_best.pt",
+            data / "bin",
+            test_splits(data),
+            scores_file,
+            force=True,
+            user_dir=spec.user_dir,  # a user's preset or entry is only known after importing it
+        )
+        timing["scoring_seconds"] = time.time() - start
+        write_json_atomic(timing_file, timing)
+    record = make_record(spec, run_dir, data, timing)
+    write_json_atomic(record_path, record)
+    log(f"[{spec.key}] recorded {record_path}")
+    return record
+
+
+# the line of a log that says why a program stopped: ours ("error: ..."), or a traceback's last line
+ERROR_LINE = re.compile(r"(error: |[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b)")
+
+
+def last_error(log: Path) -> Optional[str]:
+    """The last line of ``log`` that says why a program stopped (None: none, or no log to read)."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = next((line.strip() for line in reversed(lines) if ERROR_LINE.match(line.strip())), None)
+    return None if found is None else found[:500]
+
+
+def training_threads() -> int:
+    """The intra-op threads fairseq-train will use: torch's count in this process, which reads the
+    same OMP_NUM_THREADS and the same core affinity that the child inherits."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+TIMING_INTERVAL = 60.0  # seconds between two writes of a training run's time so far
+
+
+def run_timed(command: List[str], out, timing: dict, timing_file: Path, forked=None) -> int:
+    """Run fairseq-train, adding its time to ``timing["training_seconds"]`` and writing it to
+    ``timing_file`` every TIMING_INTERVAL seconds, so a run killed and resumed later still counts
+    (within a minute) the time its first part took.  ``timing["threads"]`` collects the number of
+    intra-op threads of each part: float sums are split by thread, so the same seed trains another
+    trajectory with another thread count, and a record must say which it had.  ``forked``: a
+    :class:`~.processes.CommandServer` that serves ``command`` (the training runs in a child forked
+    from it), or None (a new process runs the command)."""
+    timing["threads"] = sorted(set(timing.get("threads", [])) | {training_threads()})
+    base, start = timing["training_seconds"], time.time()
+    from .processes import die_with_parent
+
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if forked is not None:  # a CommandServer that serves this command
+        out.flush()
+        process = forked.start(command, out.name, env=env, append=True)
+    else:
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),
+        )
+    while True:
+        try:
+            code = process.wait(timeout=TIMING_INTERVAL)
+        except subprocess.TimeoutExpired:
+            code = None
+        timing["training_seconds"] = base + time.time() - start
+        write_json_atomic(timing_file, timing)
+        if code is not None:
+            return code
