@@ -426,7 +426,7 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
     from fairseq_monoattn.models.gru_seq2seq import config_defaults, fill_missing
-    from fairseq_monoattn.models.options import option_fields, unused_options, valid_choices
+    from fairseq_monoattn.models.options import CONVENTION_OPTIONS, option_fields, unused_options, valid_choices
     from fairseq_monoattn.models.presets import PRESETS
 
     sample = batch(D, [list("3141"), list("59265")], [list("3141"), list("59265")])
@@ -451,8 +451,9 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
         fill_missing(args, config_defaults())
         resolved = vars(args)
         params, logits = outputs(arch)
+        group = {key: resolved[key] for key in CONVENTION_OPTIONS}  # the values --conventions resolved to
         for name in sorted(unused_options(resolved)):
-            other_params, other_logits = outputs(arch, **{name: other_value(name, resolved[name])})
+            other_params, other_logits = outputs(arch, **{**group, name: other_value(name, resolved[name])})
             assert other_params.keys() == params.keys(), (arch, name)
             assert all(torch.equal(other_params[k], params[k]) for k in params), (arch, name)
             assert torch.equal(other_logits, logits), (arch, name)
