@@ -705,13 +705,16 @@ def test_every_builder_reads_exactly_the_options_it_declares(monkeypatch):
             else RecordingSettings(settings, settings_read.setdefault((registry.option, name), set()))
         )
 
-    monkeypatch.setattr(Registry, "settings_for", recording_settings_for)
-    monkeypatch.setattr(gru_seq2seq, "fill_missing", lambda cfg, values: None)  # the config is complete already
-    checked = 0
+    resolved = []
     for arch, overrides in configurations():
         args = argparse.Namespace(arch=arch, **overrides)
         ARCH_CONFIG_REGISTRY[arch](args)
-        values = resolved_options(vars(args))
+        resolved.append((arch, overrides, resolved_options(vars(args))))
+    assert len({str(values) for _, _, values in resolved}) > 40  # distinct models (resolved before the patch)
+    monkeypatch.setattr(Registry, "settings_for", recording_settings_for)
+    monkeypatch.setattr(gru_seq2seq, "fill_missing", lambda cfg, values: None)  # the config is complete already
+    checked = 0
+    for arch, overrides, values in resolved:
         cfg = RecordingOptions(**values)
         settings_read.clear()
         model = gru_seq2seq.GRUSeq2SeqModel.build_model(cfg, SimpleNamespace(source_dictionary=D, target_dictionary=D))
