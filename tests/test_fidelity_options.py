@@ -611,30 +611,34 @@ def test_hydra_configs_take_the_switch_too():
         assert {name: cfg[name] for name in CONVENTION_OPTIONS} == expected, (config, overrides)
 
 
-def test_a_checkpoint_from_before_the_switch_loads_the_same_model(tmp_path):
+@pytest.mark.parametrize(
+    "command",
+    [["--arch", "gru_mix_locattn"], ["--arch", "gru_seq2seq", "--linear-init", "xavier", "--source-eos", "False"]],
+    ids=["preset", "options-one-by-one"],
+)
+def test_a_checkpoint_from_before_the_switch_loads_the_same_model(tmp_path, command):
     """A checkpoint whose configuration has no ``conventions`` (every checkpoint before it) builds the
-    model it recorded: every option of the group as the checkpoint holds it, the same weights and outputs."""
+    model it recorded: every option of the group as the checkpoint holds it (fairseq fills the missing
+    ``conventions`` from the architecture's config: the preset's, or plugin's for gru_seq2seq), the same
+    weights and outputs."""
     from fairseq_cli_helpers import train, write_copy_dataset
 
-    from fairseq_monoattn.models.options import CONVENTION_OPTIONS
     from fairseq_monoattn.scoring import load_checkpoint
 
     data = write_copy_dataset(tmp_path / "copy", {"train": (32, 3, 6), "valid": (8, 3, 6), "test": (8, 3, 6)}) / "bin"
-    train([str(data), "--arch", "gru_mix_locattn", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16",
-           "--max-update", "2", "--no-progress-bar", "--num-workers", "0", "--disable-validation",
-           "--no-epoch-checkpoints", "--no-save-optimizer-state", "--save-dir", str(tmp_path / "save")])  # fmt: skip
+    train([str(data), *command, "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16", "--max-update", "2",
+           "--no-progress-bar", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
+           "--no-save-optimizer-state", "--save-dir", str(tmp_path / "save")])  # fmt: skip
     new = tmp_path / "save" / "checkpoint_last.pt"
     state = torch.load(new, map_location="cpu", weights_only=False)
-    assert state["cfg"]["model"]["conventions"] == "presets"
+    assert state["cfg"]["model"]["linear_init"] == "xavier" and state["cfg"]["model"]["source_eos"] is False
     del state["cfg"]["model"]["conventions"]
     old = tmp_path / "old.pt"
     torch.save(state, old)
-    loaded = {path: load_checkpoint(path, data) for path in (new, old)}
-    (new_model,), task, new_cfg = loaded[new]
-    (old_model,), _, old_cfg = loaded[old]
-    # every option of the group is the checkpoint's, the presets' release ones among them
-    assert {k: old_cfg.model[k] for k in CONVENTION_OPTIONS} == {k: new_cfg.model[k] for k in CONVENTION_OPTIONS}
-    assert old_cfg.model.linear_init == "xavier" and old_cfg.model.source_eos is False
+    (new_model,), task, _ = load_checkpoint(new, data)
+    (old_model,), _, _ = load_checkpoint(old, data)
+    assert old_model.encoder.keep_source_eos is False  # the checkpoint's value, not the group's
+    assert new_model.state_dict().keys() == old_model.state_dict().keys()
     assert all(torch.equal(v, old_model.state_dict()[k]) for k, v in new_model.state_dict().items())
     sample = batch(task.target_dictionary, [list("3141"), list("592")], [list("3141"), list("592")])
     with torch.no_grad():
