@@ -436,30 +436,33 @@ def _checked(convert: Callable[[str], Any], f: dataclasses.Field) -> Callable[[s
     return converter
 
 
-CONVENTIONS_GROUP = "the conventions one by one (advanced: --conventions sets them all; each given overrides it)"
-
-
 def add_option_arguments(
-    parser: argparse.ArgumentParser, eval_bool: Callable[[str], Any], only: Optional[set] = None
+    parser: argparse.ArgumentParser,
+    eval_bool: Callable[[str], Any],
+    only: Optional[set] = None,
+    conventions_group: Optional[Any] = None,
 ) -> None:
     """Every option as a command-line argument without a default (so that a preset can set it).
     Booleans take a value (``--direction-gate False``) so that a preset's True can be switched
     off; a choice lists the names registered when the parser is made; a value out of range is
     refused by the parser, naming the option.  ``only``: these options alone.  With
-    ``--conventions`` among them, the options of its group are listed in a group of their own."""
+    ``--conventions`` among them, the options of its group come last, each marked as part of it
+    (in ``conventions_group``, an argument group of their own, where the caller has one)."""
     names = [name for name in option_fields() if only is None or name in only]
     grouped = "conventions" in names
-    advanced = parser.add_argument_group(CONVENTIONS_GROUP) if grouped else parser
+    if grouped:  # the group's options after the others, in the order of CONVENTION_OPTIONS
+        names = [name for name in names if name not in CONVENTION_OPTIONS] + list(CONVENTION_OPTIONS)
     for name in names:
         f = option_fields()[name]
         flag = "--" + name.replace("_", "-")
         help_text = f.metadata.get("help", "")
+        target = parser
         if grouped and name in CONVENTION_OPTIONS:
             values = ", ".join(f"{group} {values[name]}" for group, values in CONVENTIONS.items())
-            help_text += f" (default: from --conventions: {values})"
+            help_text = f"part of --conventions (default: from it: {values}): {help_text}"
+            target = conventions_group if conventions_group is not None else parser
         else:
-            help_text += f" (default: {_default(f)})" if help_text else ""
-        target = advanced if grouped and name in CONVENTION_OPTIONS else parser
+            help_text += f" (default: {_default(f)})" if help_text and "(default:" not in help_text else ""
         choices = valid_choices(name)
         kind = f.type
         if kind is bool:
