@@ -194,6 +194,42 @@ class GRUSeq2SeqOptions:
 BASE_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(GRUSeq2SeqOptions)}
 RESERVED_OPTIONS.update(BASE_FIELDS)
 
+# --- the Transformer's own options (transformer_monoattn.py) -------------------------------------
+
+LOCATION_LAYERS = ("none", "last", "all", "shared")
+GATE_SUMMARIES = ("mean", "none")
+
+
+@dataclass
+class TransformerLocationOptions:
+    """The options of ``transformer_location`` beyond fairseq's Transformer's and the cross-attention's."""
+
+    location_layers: str = option(
+        "last",
+        "decoder layers with location attention: the last, all (a focus each), shared (all, one focus), none",
+        choices=LOCATION_LAYERS,
+    )
+    decoder_self_attention_window: int = option(
+        0, "self-attention over the last K decoder positions (0: all)", check=non_negative, requirement=">= 0"
+    )
+    decoder_recency_bias: float = option(
+        0.0, "subtract M (i - j) from decoder self-attention scores (0: none)", check=non_negative, requirement=">= 0"
+    )
+    decoder_recency_exempt_start: bool = option(
+        False, "no recency bias on the decoder's first position (the start symbol)"
+    )
+    direction_gate_summary: str = option(
+        "mean",
+        "what the direction gate reads: the mean of the encoder's outputs, or none (one learned g)",
+        choices=GATE_SUMMARIES,
+    )
+
+
+TRANSFORMER_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TransformerLocationOptions)}
+# what the Transformer fixes of the cross-attention's options (its attention size is its width, set when built)
+TRANSFORMER_FIXED = dict(linear_init="pytorch", location_head_init="per-head", scorer_init="pytorch")
+
+
 # --- the authors' conventions: one switch for the group ------------------------------------------
 
 # The options by which the authors' release initialises and feeds its models where fairseq's habits
@@ -276,9 +312,10 @@ def option_defaults() -> Dict[str, Any]:
     return {name: _default(f) for name, f in option_fields().items()}
 
 
-def valid_choices(name: str) -> Optional[List[str]]:
-    """The values a choice option takes now (a registry's entries, the user's included), or None."""
-    f = option_fields().get(name)
+def valid_choices(name: str, fields: Optional[Mapping[str, dataclasses.Field]] = None) -> Optional[List[str]]:
+    """The values a choice option takes now (a registry's entries, the user's included), or None;
+    ``fields``: where the option is declared (the GRU model's options by default)."""
+    f = (option_fields() if fields is None else fields).get(name)
     if f is None:
         return None
     if f.metadata.get("registry"):
@@ -287,16 +324,18 @@ def valid_choices(name: str) -> Optional[List[str]]:
     return list(choices) if choices else None
 
 
-def check_options(values: Mapping[str, Any]) -> None:
+def check_options(values: Mapping[str, Any], fields: Optional[Mapping[str, dataclasses.Field]] = None) -> None:
     """Raise OptionError naming the first option whose value is not allowed (an unknown name of a
     choice, a value out of range), or SettingsError where a chosen entry's settings dataclass
-    refuses its values; options ``values`` lacks are not checked."""
-    for name, f in option_fields().items():
+    refuses its values; options ``values`` lacks are not checked.  ``fields``: the options to check
+    (the GRU model's by default)."""
+    fields = option_fields() if fields is None else fields
+    for name, f in fields.items():
         value = values.get(name)
         if value is None:  # unset, or an optional size left to its rule
             continue
         flag = "--" + name.replace("_", "-")
-        choices = valid_choices(name)
+        choices = valid_choices(name, fields)
         if choices is not None and value not in choices:
             raise OptionError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
         check = f.metadata.get("check")
@@ -441,19 +480,22 @@ def add_option_arguments(
     eval_bool: Callable[[str], Any],
     only: Optional[set] = None,
     conventions_group: Optional[Any] = None,
+    fields: Optional[Mapping[str, dataclasses.Field]] = None,
 ) -> None:
     """Every option as a command-line argument without a default (so that a preset can set it).
     Booleans take a value (``--direction-gate False``) so that a preset's True can be switched
     off; a choice lists the names registered when the parser is made; a value out of range is
     refused by the parser, naming the option.  ``only``: these options alone.  With
     ``--conventions`` among them, the options of its group come last, each marked as part of it
-    (in ``conventions_group``, an argument group of their own, where the caller has one)."""
-    names = [name for name in option_fields() if only is None or name in only]
+    (in ``conventions_group``, an argument group of their own, where the caller has one).
+    ``fields``: the options to add (the GRU model's by default)."""
+    fields = option_fields() if fields is None else fields
+    names = [name for name in fields if only is None or name in only]
     grouped = "conventions" in names
     if grouped:  # the group's options after the others, in the order of CONVENTION_OPTIONS
         names = [name for name in names if name not in CONVENTION_OPTIONS] + list(CONVENTION_OPTIONS)
     for name in names:
-        f = option_fields()[name]
+        f = fields[name]
         flag = "--" + name.replace("_", "-")
         help_text = f.metadata.get("help", "")
         target = parser
@@ -463,7 +505,7 @@ def add_option_arguments(
             target = conventions_group if conventions_group is not None else parser
         else:
             help_text += f" (default: {_default(f)})" if help_text and "(default:" not in help_text else ""
-        choices = valid_choices(name)
+        choices = valid_choices(name, fields)
         kind = f.type
         if kind is bool:
             target.add_argument(flag, type=eval_bool, metavar="BOOL", help=help_text)
