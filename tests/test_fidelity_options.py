@@ -690,8 +690,19 @@ def configurations():
 def test_every_builder_reads_exactly_the_options_it_declares(monkeypatch):
     """Built with a config that records what is read, every model reads the options
     options.options_read declares for it (the base builders' declarations and the chosen entries'
-    settings), no more and no fewer, and each chosen entry reads every field of its settings."""
+    settings), no more and no fewer, and each chosen entry reads every field of its settings: the
+    plugin's entries and the example package's (examples/extension), as a user's register them."""
+    from pathlib import Path
+
+    from fairseq import utils
     from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    utils.import_user_module(
+        argparse.Namespace(user_dir=str(Path(__file__).parents[1] / "examples/extension/attention_extras"))
+    )
+    from fairseq_monoattn.registry import REGISTRIES as registered
+
+    assert "tanh" in registered["step_activation"].entries and "additive" in registered["attention_scoring"].entries
 
     from fairseq_monoattn.models import gru_seq2seq
     from fairseq_monoattn.models.options import option_fields, options_read, resolved_options
