@@ -564,6 +564,12 @@ def test_one_switch_sets_the_conventions_group_and_each_option_given_overrides_i
     assert group(parsed("gru_seq2seq")) == CONVENTIONS["plugin"] and parsed("gru_seq2seq")["conventions"] == "plugin"
     assert group(parsed("gru_onestep")) == CONVENTIONS["presets"] and parsed("gru_onestep")["conventions"] == "presets"
     assert CONVENTIONS["plugin"] != CONVENTIONS["presets"] != CONVENTIONS["release"]
+    # the plugin's presets leave the group to the switch, so that --conventions sets all of it over them
+    from fairseq_monoattn.models.presets import PRESETS
+
+    assert all(
+        values["conventions"] == "presets" and not set(values) & set(CONVENTION_OPTIONS) for values in PRESETS.values()
+    )
     for arch in ("gru_seq2seq", "gru_content", "gru_onestep"):
         for name, values in CONVENTIONS.items():
             assert group(parsed(arch, "--conventions", name)) == values, (arch, name)
