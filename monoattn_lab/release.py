@@ -20,11 +20,12 @@ The mapping (``examples/release_equivalence/README.md`` has it as a table, and
   the release's interleaved pairs to the plugin's split ones, the query rotated back one step;
 * the mix logit negated: the release's m weights the location focus, the plugin's the content.
 
-Conventions the release's models compute differently from the presets' defaults, set on the
-converted model: the decoder's first input is ``<s>`` (``--decoder-start bos``), the Gaussian is
-divided by its sum plus 1e-20 per padded column (``--location-normalization sum-per-column``),
-there is no query bias.  The release's "Mix" OneStep / MonoAttn / RMonoAttn configurations never
-mix (they keep ``location_attention_only``); they convert to the unmixed presets.
+The converted model takes every convention of the release (``--conventions release``), among them
+those the presets do not follow: the decoder's first input is ``<s>`` (``--decoder-start bos``), the
+Gaussian is divided by its sum plus 1e-20 per padded column (``--location-normalization
+sum-per-column``), there is no query bias, the relative scorer's W_r is drawn Xavier-uniform. The release's
+"Mix" OneStep / MonoAttn / RMonoAttn configurations never mix (they keep
+``location_attention_only``); they convert to the unmixed presets.
 """
 
 import math
@@ -62,14 +63,9 @@ RELEASE_MODELS: Dict[str, str] = {
     "BiGRU_MixMonoAttnPR": "gru_monoattn",
     "BiGRU_MixRMonoAttnPR": "gru_rmonoattn",
 }
-# the options that make a preset compute what the release computes
-RELEASE_CONVENTIONS: Dict[str, Any] = {
-    "decoder_start": "bos",
-    "location_normalization": "sum-per-column",
-    "attention_query_bias": False,
-    "share_all_embeddings": False,
-    "scorer_init": "xavier",
-}
+# the options that make a preset compute what the release computes: every convention of the release
+# (CONVENTIONS["release"] in models/options.py), its one embedding matrix copied into the plugin's two
+RELEASE_CONVENTIONS: Dict[str, Any] = {"conventions": "release", "share_all_embeddings": False}
 # release special tokens -> fairseq's
 SPECIAL_TOKENS = {"<sos>": "<s>", "<eos>": "</s>", "<pad>": "<pad>", "<unk>": "<unk>"}
 PREFIX = "encoder_decoder."
@@ -269,8 +265,6 @@ def convert(
     out["decoder.attention.readout.weight"] = torch.cat(readout_weight)
     out["decoder.attention.readout.bias"] = torch.cat(readout_bias)
     options = dict(sizes, **RELEASE_CONVENTIONS, value_path=value_path)
-    if not location:
-        options.pop("location_normalization")
     return ConvertedModel(arch, options, out)
 
 

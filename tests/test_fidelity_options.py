@@ -5,6 +5,7 @@ shared embedding, the source EOS, and random batches drawn anew every epoch."""
 import argparse
 import random
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -426,7 +427,7 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
     from fairseq_monoattn.models.gru_seq2seq import config_defaults, fill_missing
-    from fairseq_monoattn.models.options import option_fields, unused_options, valid_choices
+    from fairseq_monoattn.models.options import CONVENTION_OPTIONS, option_fields, unused_options, valid_choices
     from fairseq_monoattn.models.presets import PRESETS
 
     sample = batch(D, [list("3141"), list("59265")], [list("3141"), list("59265")])
@@ -451,8 +452,9 @@ def test_options_a_model_does_not_read_change_nothing_in_it():
         fill_missing(args, config_defaults())
         resolved = vars(args)
         params, logits = outputs(arch)
+        group = {key: resolved[key] for key in CONVENTION_OPTIONS}  # the values --conventions resolved to
         for name in sorted(unused_options(resolved)):
-            other_params, other_logits = outputs(arch, **{name: other_value(name, resolved[name])})
+            other_params, other_logits = outputs(arch, **{**group, name: other_value(name, resolved[name])})
             assert other_params.keys() == params.keys(), (arch, name)
             assert all(torch.equal(other_params[k], params[k]) for k in params), (arch, name)
             assert torch.equal(other_logits, logits), (arch, name)
@@ -536,3 +538,214 @@ def test_a_preset_on_prepared_dedupe_data_without_the_source_end_marker_warns(tm
     assert warnings("dedupe", "--arch", "gru_onestep", "--source-eos", "True") == []
     assert warnings("copy", "--arch", "gru_onestep") == []
     assert warnings("dedupe", "--arch", "transformer_onestep") == []
+
+
+# ------------------------------------------------------------------- the conventions, one switch
+
+
+def parsed(arch, *argv):
+    """The model options fairseq's own parser gives ``fairseq-train --arch ARCH ARGV``, beside what the
+    plugin's records expect of the same command without fairseq (they must agree)."""
+    from fairseq_monoattn.experiments.runs import parsed_model_config, planned_model_config
+
+    command = ["fairseq-train", "data", "--arch", arch, "--user-dir", USER_DIR, *argv]
+    model = parsed_model_config(command)
+    planned = planned_model_config(command)
+    assert {k: v for k, v in model.items() if k != "task"} == {k: v for k, v in planned.items() if k != "task"}
+    return model
+
+
+def test_one_switch_sets_the_conventions_group_and_each_option_given_overrides_it():
+    from fairseq_monoattn.models.options import CONVENTION_OPTIONS, CONVENTIONS
+
+    def group(model):
+        return {name: model[name] for name in CONVENTION_OPTIONS}
+
+    assert group(parsed("gru_seq2seq")) == CONVENTIONS["plugin"] and parsed("gru_seq2seq")["conventions"] == "plugin"
+    assert group(parsed("gru_onestep")) == CONVENTIONS["presets"] and parsed("gru_onestep")["conventions"] == "presets"
+    assert CONVENTIONS["plugin"] != CONVENTIONS["presets"] != CONVENTIONS["release"]
+    # the plugin's presets leave the group to the switch, so that --conventions sets all of it over them
+    from fairseq_monoattn.models.presets import PRESETS
+
+    assert all(
+        values["conventions"] == "presets" and not set(values) & set(CONVENTION_OPTIONS) for values in PRESETS.values()
+    )
+    for arch in ("gru_seq2seq", "gru_content", "gru_onestep"):
+        for name, values in CONVENTIONS.items():
+            assert group(parsed(arch, "--conventions", name)) == values, (arch, name)
+        given = parsed(arch, "--conventions", "release", "--decoder-start", "eos", "--linear-init", "pytorch")
+        assert group(given) == dict(CONVENTIONS["release"], decoder_start="eos", linear_init="pytorch"), arch
+    # the switch builds the model the options of its group give one by one, and another model than the preset's
+    sample = batch(D, [list("3141"), list("59265")], [list("3141"), list("59265")])
+    with torch.no_grad():
+        switched = build("gru_mix_onestep", D, conventions="release")
+        one_by_one = build("gru_mix_onestep", D, **CONVENTIONS["release"])
+        preset = build("gru_mix_onestep", D)
+        assert switched.state_dict().keys() == one_by_one.state_dict().keys() != preset.state_dict().keys()
+        assert all(torch.equal(v, one_by_one.state_dict()[k]) for k, v in switched.state_dict().items())
+        assert torch.equal(switched(**sample["net_input"])[0], one_by_one(**sample["net_input"])[0])
+    assert switched.decoder.start_index == D.bos() and preset.decoder.start_index is None
+
+
+def test_hydra_configs_take_the_switch_too():
+    """model._name=gru_seq2seq model.conventions=release (and a preset's config switched back to
+    plugin): the group's options follow, unless given."""
+    from types import SimpleNamespace
+
+    from fairseq.models import MODEL_DATACLASS_REGISTRY
+    from omegaconf import OmegaConf
+
+    from fairseq_monoattn.models.gru_seq2seq import GRUSeq2SeqModel
+    from fairseq_monoattn.models.options import CONVENTION_OPTIONS, CONVENTIONS
+
+    task = SimpleNamespace(source_dictionary=D, target_dictionary=D)
+    for config, overrides, expected in (
+        ("gru_seq2seq", {}, CONVENTIONS["plugin"]),
+        ("gru_seq2seq", {"conventions": "release"}, CONVENTIONS["release"]),
+        ("gru_onestep", {}, CONVENTIONS["presets"]),
+        ("gru_onestep", {"conventions": "plugin"}, CONVENTIONS["plugin"]),
+        (
+            "gru_onestep",
+            {"conventions": "release", "value_path": "folded"},
+            dict(CONVENTIONS["release"], value_path="folded"),
+        ),
+    ):
+        cfg = OmegaConf.structured(MODEL_DATACLASS_REGISTRY[config]())
+        for key, value in overrides.items():
+            setattr(cfg, key, value)
+        GRUSeq2SeqModel.build_model(cfg, task)
+        assert {name: cfg[name] for name in CONVENTION_OPTIONS} == expected, (config, overrides)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["--arch", "gru_mix_locattn"], ["--arch", "gru_seq2seq", "--linear-init", "xavier", "--source-eos", "False"]],
+    ids=["preset", "options-one-by-one"],
+)
+def test_a_checkpoint_from_before_the_switch_loads_the_same_model(tmp_path, command):
+    """A checkpoint whose configuration has no ``conventions`` (every checkpoint before it) builds the
+    model it recorded: every option of the group as the checkpoint holds it (fairseq fills the missing
+    ``conventions`` from the architecture's config: the preset's, or plugin's for gru_seq2seq), the same
+    weights and outputs."""
+    from fairseq_cli_helpers import train, write_copy_dataset
+
+    from fairseq_monoattn.scoring import load_checkpoint
+
+    data = write_copy_dataset(tmp_path / "copy", {"train": (32, 3, 6), "valid": (8, 3, 6), "test": (8, 3, 6)}) / "bin"
+    train([str(data), *command, "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16", "--max-update", "2",
+           "--no-progress-bar", "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints",
+           "--no-save-optimizer-state", "--save-dir", str(tmp_path / "save")])  # fmt: skip
+    new = tmp_path / "save" / "checkpoint_last.pt"
+    state = torch.load(new, map_location="cpu", weights_only=False)
+    assert state["cfg"]["model"]["linear_init"] == "xavier" and state["cfg"]["model"]["source_eos"] is False
+    del state["cfg"]["model"]["conventions"]
+    old = tmp_path / "old.pt"
+    torch.save(state, old)
+    (new_model,), task, _ = load_checkpoint(new, data)
+    (old_model,), _, _ = load_checkpoint(old, data)
+    assert old_model.encoder.keep_source_eos is False  # the checkpoint's value, not the group's
+    assert new_model.state_dict().keys() == old_model.state_dict().keys()
+    assert all(torch.equal(v, old_model.state_dict()[k]) for k, v in new_model.state_dict().items())
+    sample = batch(task.target_dictionary, [list("3141"), list("592")], [list("3141"), list("592")])
+    with torch.no_grad():
+        assert torch.equal(new_model(**sample["net_input"])[0], old_model(**sample["net_input"])[0])
+
+
+# ------------------------------------------------------------------- what each builder reads
+
+
+class RecordingOptions(argparse.Namespace):
+    """A model config that records the name of every attribute read."""
+
+    def __getattribute__(self, name):
+        if not name.startswith("_"):
+            object.__getattribute__(self, "__dict__").setdefault("_read", set()).add(name)
+        return super().__getattribute__(name)
+
+
+class RecordingSettings:
+    """An entry's settings that record the name of every field read."""
+
+    def __init__(self, settings, read: set):
+        object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "_read", read)
+
+    def __getattr__(self, name):
+        self._read.add(name)
+        return getattr(self._settings, name)
+
+
+def configurations():
+    """(arch, overrides): every preset, and every registered entry of every registry chosen in a
+    model that reads it, with the options that switch parts on and off."""
+    from fairseq_monoattn.models.presets import PRESETS
+    from fairseq_monoattn.registry import REGISTRIES
+
+    yield from ((arch, {}) for arch in PRESETS)
+    yield "gru_seq2seq", {}
+    for name in REGISTRIES["attention_scoring"].entries:
+        yield "gru_content", {"attention_scoring": name}
+        yield "gru_mix_onestep", {"attention_scoring": name}
+    for option in ("step_activation", "reference", "location_normalization"):
+        for name in REGISTRIES[option].names():
+            yield "gru_onestep", {option: name}
+            yield "gru_onestep", {option: name, "linear_init": "pytorch", "clamp_center": True, "dwell_count": True}
+    yield "gru_onestep", {"direction_gate": False, "location_projection": False}
+
+
+def test_every_builder_reads_exactly_the_options_it_declares(monkeypatch):
+    """Built with a config that records what is read, every model reads the options
+    options.options_read declares for it (the base builders' declarations and the chosen entries'
+    settings), no more and no fewer, and each chosen entry reads every field of its settings: the
+    plugin's entries and the example package's (examples/extension), as a user's register them."""
+    from pathlib import Path
+
+    from fairseq import utils
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    utils.import_user_module(
+        argparse.Namespace(user_dir=str(Path(__file__).parents[1] / "examples/extension/attention_extras"))
+    )
+    from fairseq_monoattn.registry import REGISTRIES as registered
+
+    assert "tanh" in registered["step_activation"].entries and "additive" in registered["attention_scoring"].entries
+
+    from fairseq_monoattn.models import gru_seq2seq
+    from fairseq_monoattn.models.options import option_fields, options_read, resolved_options
+    from fairseq_monoattn.registry import REGISTRIES, Registry
+
+    sample = batch(D, [list("3141"), list("59265")], [list("3141"), list("59265")])
+    settings_read = {}
+    settings_for = Registry.settings_for
+
+    def recording_settings_for(registry, name, options):
+        settings = settings_for(registry, name, options)
+        return (
+            None
+            if settings is None
+            else RecordingSettings(settings, settings_read.setdefault((registry.option, name), set()))
+        )
+
+    resolved = []
+    for arch, overrides in configurations():
+        args = argparse.Namespace(arch=arch, **overrides)
+        ARCH_CONFIG_REGISTRY[arch](args)
+        resolved.append((arch, overrides, resolved_options(vars(args))))
+    assert len({str(values) for _, _, values in resolved}) > 40  # distinct models (resolved before the patch)
+    monkeypatch.setattr(Registry, "settings_for", recording_settings_for)
+    monkeypatch.setattr(gru_seq2seq, "fill_missing", lambda cfg, values: None)  # the config is complete already
+    checked = 0
+    for arch, overrides, values in resolved:
+        cfg = RecordingOptions(**values)
+        settings_read.clear()
+        model = gru_seq2seq.GRUSeq2SeqModel.build_model(cfg, SimpleNamespace(source_dictionary=D, target_dictionary=D))
+        with torch.no_grad():
+            model.eval()(**sample["net_input"])
+        read = vars(cfg)["_read"] & set(option_fields())
+        assert read == options_read(values), (arch, overrides, read ^ options_read(values))
+        for (option, name), fields in settings_read.items():
+            if option not in read:  # a registry's choice the model has no part for (checked, never built)
+                continue
+            assert fields == set(REGISTRIES[option].entries[name].option_names), (option, name)
+        checked += 1
+    assert checked > 40

@@ -180,6 +180,32 @@ def test_a_variant_may_set_task_and_scheduler_options(tmp_path):
         check_train_options(parser, "gru_monoattn", "typo", ["--train-batch", "sorted"])
 
 
+def test_the_commands_that_pass_model_options_list_them_grouped(tmp_path):
+    """fairseq-train --help lists no model options (it answers before --arch adds them); run and
+    compare, whose --variant passes them, list those of --arch's model, the conventions' group apart."""
+    from fairseq_monoattn.models.options import CONVENTION_OPTIONS, option_fields
+
+    def flag(name):
+        return "--" + name.replace("_", "-")
+
+    plain = command("run", "--help", cwd=tmp_path).stdout
+    gru_group, advanced = plain.index("model options of gru_seq2seq"), plain.index("--conventions' group one by one")
+    entries = plain.index("the attention entries' settings")
+    assert gru_group < advanced < entries and "--conventions {plugin,presets,release}" in plain[gru_group:advanced]
+    for name in option_fields():
+        assert flag(name) in plain, name
+    for name in CONVENTION_OPTIONS:  # in the advanced group, each saying where its default comes from
+        assert advanced < plain.index(flag(name) + " ") < entries, name
+    assert plain.count("part of --conventions (default: from it: plugin") == len(CONVENTION_OPTIONS)
+    assert advanced < plain.index("--step-temperature") and "transformer_location" not in plain
+    named = " ".join(command("compare", "--arch", "transformer_onestep", "--help", cwd=tmp_path).stdout.split())
+    assert "model options of transformer_location" in named and "model options of gru_seq2seq" not in named
+    assert "--location-layers {none,last,all,shared}" in named and "--encoder-ffn-embed-dim" in named
+    assert "transformer_onestep sets --encoder-embed-dim 64" in named
+    preset = " ".join(command("run", "copy", "--arch", "gru_onestep", "--help", cwd=tmp_path).stdout.split())
+    assert "gru_onestep sets --conventions presets --mix-temperature 1.0" in preset
+
+
 def test_the_commands_agree_on_names_and_show_their_defaults(tmp_path):
     helps = {
         name: " ".join(command(name, *sub, "--help", cwd=tmp_path).stdout.split())

@@ -305,12 +305,15 @@ def test_a_state_dict_that_cannot_be_mapped_is_refused():
 
 
 def test_the_conventions_are_options_with_fairseqs_habits_as_defaults():
-    from fairseq_monoattn.models.options import option_defaults
+    from fairseq_monoattn.models.options import CONVENTIONS, option_defaults
 
-    defaults = option_defaults()
-    assert RELEASE_CONVENTIONS["decoder_start"] != defaults["decoder_start"] == "eos"
-    assert RELEASE_CONVENTIONS["attention_query_bias"] is not defaults["attention_query_bias"]
+    defaults, release = option_defaults(), CONVENTIONS[RELEASE_CONVENTIONS["conventions"]]
+    assert release["decoder_start"] != defaults["decoder_start"] == "eos"
+    assert release["attention_query_bias"] is not defaults["attention_query_bias"]
     assert defaults["value_path"] == "folded" and defaults["location_normalization"] == "softmax"
+    assert defaults["conventions"] == "plugin" and all(
+        defaults[name] == value for name, value in CONVENTIONS["plugin"].items()
+    )
 
 
 @pytest.mark.long(15)
@@ -340,8 +343,9 @@ def test_a_release_checkpoint_converts_into_a_fairseq_checkpoint_that_scores(tmp
 
     done = convert_command()
     assert done.returncode == 0, done.stderr
-    assert "--arch gru_mix_locattn" in done.stdout and "--decoder-start bos" in done.stdout
-    models, task, _ = load_checkpoint(out, data / "bin", dtype=torch.float64)
+    assert "--arch gru_mix_locattn" in done.stdout and "--conventions release" in done.stdout
+    models, task, cfg = load_checkpoint(out, data / "bin", dtype=torch.float64)
+    assert (cfg.model.decoder_start, cfg.model.location_normalization) == ("bos", "sum-per-column")  # the group's
     dictionary = task.target_dictionary
     sources = fixture["src_tokens"][:3]
     sample = batch(dictionary, sources, [t[:-1] for t in fixture["trg_tokens"][:3]])

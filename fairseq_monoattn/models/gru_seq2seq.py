@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
     ARCH_MODEL_NAME_REGISTRY,
     MODEL_DATACLASS_REGISTRY,
     FairseqEncoder,
@@ -46,10 +47,12 @@ from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on
 from ..training_notes import note_sorted_batches
 from .options import (
     BOUNDARY_INITS,
+    CONVENTION_OPTIONS,
     EMBEDDING_INITS,
     add_option_arguments,
     check_options,
     check_preset,
+    convention_values,
     option_defaults,
     option_fields,
     parse_bool,
@@ -66,8 +69,10 @@ def config_class(name: str = "GRUSeq2SeqConfig", defaults: Optional[Mapping[str,
     defaults = defaults or {}
     specs = []
     for key, f in option_fields().items():
-        default = defaults.get(key, option_defaults()[key])
-        specs.append((key, f.type, dataclasses.field(default=default, metadata={"help": f.metadata.get("help", "")})))
+        kind, default = f.type, defaults.get(key, option_defaults()[key])
+        if key in CONVENTION_OPTIONS and key not in defaults:  # unset: its value comes from --conventions
+            kind, default = Optional[f.type], None
+        specs.append((key, kind, dataclasses.field(default=default, metadata={"help": f.metadata.get("help", "")})))
     return dataclasses.make_dataclass(name, specs, bases=(FairseqDataclass,))
 
 
@@ -109,6 +114,7 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
         install_excepthook()  # the plugin's errors, from here on: one line, not a traceback
         # a preset (``--arch gru_onestep``) has set its own options already; the rest come from the
         # defaults, written into cfg so that the checkpoint records every value used
+        fill_missing(cfg, convention_values(options_of(cfg)))  # the options of --conventions' group
         fill_missing(cfg, config_defaults())
         check_options(options_of(cfg))  # OptionError names the option
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
@@ -197,10 +203,19 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
             sigma_min=cfg.sigma_min,
             clamp_slope=cfg.clamp_slope if cfg.clamp_center else None,
             dwell_count=cfg.dwell_count,
-            dwell_init=cfg.dwell_init,
+            dwell_init=cfg.dwell_init if cfg.dwell_count else 0.0,
         )
     scoring = SCORERS.check(cfg.attention_scoring)
     scorer = None if scoring == "none" else (lambda dim: SCORERS.build(scoring, cfg, dim=dim))
+    parts = {}  # the options of the parts the attention has (options.cross_attention_reads says which)
+    if location is not None:
+        parts.update(location_projection=cfg.location_projection)
+        if cfg.linear_init == "xavier" and location.reference.heads:  # else "joint" draws as "per-head"
+            parts.update(location_head_init=cfg.location_head_init)
+    if scorer is not None:
+        parts.update(query_bias=cfg.attention_query_bias, scorer_init=cfg.scorer_init)
+    if scorer is not None and location is not None:
+        parts.update(position_reference=cfg.position_reference, mix_temperature=cfg.mix_temperature)
     return CrossAttention(
         encoder_dim,
         query_dim,
@@ -208,14 +223,9 @@ def build_cross_attention(cfg, encoder_dim: int, query_dim: int) -> CrossAttenti
         scorer=scorer,
         location=location,
         direction_gate=gate,
-        position_reference=cfg.position_reference,
-        mix_temperature=cfg.mix_temperature,
-        location_projection=cfg.location_projection,
         linear_init=cfg.linear_init,
-        location_head_init=cfg.location_head_init,
-        query_bias=cfg.attention_query_bias,
         value_path=cfg.value_path,
-        scorer_init=cfg.scorer_init,
+        **parts,
     )
 
 
@@ -637,17 +647,25 @@ def _store_preset_config(name: str, options: Mapping[str, Any]) -> None:
     ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq_monoattn")
 
 
+def architecture(name: str, options: Mapping[str, Any]):
+    """The function fairseq calls for ``--arch NAME`` on the command line: the preset's options where
+    the command line leaves them unset, then the options of the conventions' group (``--conventions``,
+    else the preset's) that neither sets; the rest: GRUSeq2SeqModel.build_model."""
+
+    def set_options(cfg):
+        fill_missing(cfg, options)
+        fill_missing(cfg, convention_values(options_of(cfg)))
+
+    set_options.__name__ = name
+    return set_options
+
+
 def register_gru_preset(name: str, options: Mapping[str, Any]) -> None:
     """``register_preset(name, options, model="gru_seq2seq")`` (``presets.py``): ``--arch NAME``,
     ``gru_seq2seq`` with ``options`` set, and ``model._name=NAME`` under hydra."""
     options = dict(options)
     check_preset(name, options, known=option_fields())  # OptionError naming the preset and the option
-
-    @register_model_architecture(MODEL_NAME, name)
-    def architecture(cfg):
-        fill_missing(cfg, options)  # the rest: GRUSeq2SeqModel.build_model
-
-    architecture.__name__ = name
+    register_model_architecture(MODEL_NAME, name)(architecture(name, options))
     REGISTERED_PRESETS[name] = options
     _store_preset_config(name, options)
 
@@ -665,6 +683,7 @@ def refresh_configs() -> None:
         _store_preset_config(name, options)
 
 
+ARCH_CONFIG_REGISTRY[MODEL_NAME] = architecture(MODEL_NAME, {})  # fairseq registered a no-op for the base
 for _name, _options in PRESETS.items():
     register_preset(_name, _options)
 on_registration(refresh_configs)

@@ -24,6 +24,7 @@ from ..registry import ENTRY_OPTIONS, REGISTRIES, RESERVED_OPTIONS, TEMPERATURE,
 EMBEDDING_INITS = ("scaled-normal", "kaiming-fan-out")
 DECODER_STARTS = ("eos", "bos")
 BOUNDARY_INITS = ("normal", "zeros")
+CONVENTION_NAMES = ("plugin", "presets", "release")  # the values of --conventions (CONVENTIONS below)
 
 
 class OptionError(PluginError, ValueError):
@@ -180,23 +181,117 @@ class GRUSeq2SeqOptions:
     )
     max_source_positions: int = option(NO_LENGTH_LIMIT, "maximum source length", check=positive, requirement="> 0")
     max_target_positions: int = option(NO_LENGTH_LIMIT, "maximum target length", check=positive, requirement="> 0")
+    # the authors' conventions, as one switch (CONVENTIONS below)
+    conventions: str = option(
+        "plugin",
+        "how the model is initialised and fed, as one group: plugin (fairseq's habits), presets (the release's "
+        "ways that the paper's presets train with) or release (every way the authors' release computes its "
+        "models); each option of the group given on its own overrides its value (docs/models.md)",
+        choices=CONVENTION_NAMES,
+    )
 
 
 BASE_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(GRUSeq2SeqOptions)}
 RESERVED_OPTIONS.update(BASE_FIELDS)
-# read only with location attention (the entries' own settings follow their entry)
-LOCATION_OPTIONS = (
-    "reference",
-    "step_activation",
-    "clamp_center",
-    "location_normalization",
+
+# --- the Transformer's own options (transformer_monoattn.py) -------------------------------------
+
+LOCATION_LAYERS = ("none", "last", "all", "shared")
+GATE_SUMMARIES = ("mean", "none")
+
+
+@dataclass
+class TransformerLocationOptions:
+    """The options of ``transformer_location`` beyond fairseq's Transformer's and the cross-attention's."""
+
+    location_layers: str = option(
+        "last",
+        "decoder layers with location attention: the last, all (a focus each), shared (all, one focus), none",
+        choices=LOCATION_LAYERS,
+    )
+    decoder_self_attention_window: int = option(
+        0, "self-attention over the last K decoder positions (0: all)", check=non_negative, requirement=">= 0"
+    )
+    decoder_recency_bias: float = option(
+        0.0, "subtract M (i - j) from decoder self-attention scores (0: none)", check=non_negative, requirement=">= 0"
+    )
+    decoder_recency_exempt_start: bool = option(
+        False, "no recency bias on the decoder's first position (the start symbol)"
+    )
+    direction_gate_summary: str = option(
+        "mean",
+        "what the direction gate reads: the mean of the encoder's outputs, or none (one learned g)",
+        choices=GATE_SUMMARIES,
+    )
+
+
+TRANSFORMER_FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TransformerLocationOptions)}
+# what the Transformer fixes of the cross-attention's options (its attention size is its width, set when built)
+TRANSFORMER_FIXED = dict(linear_init="pytorch", location_head_init="per-head", scorer_init="pytorch")
+
+
+# --- the authors' conventions: one switch for the group ------------------------------------------
+
+# The options by which the authors' release initialises and feeds its models where fairseq's habits
+# differ.  ``--conventions`` sets them all at once; each one given on its own (the command line, a
+# preset, hydra) overrides the group's value for it.
+CONVENTION_OPTIONS = (
+    "embedding_init",
+    "boundary_init",
+    "linear_init",
+    "scorer_init",
+    "source_eos",
+    "decoder_start",
     "location_projection",
     "location_head_init",
-    "dwell_count",
-    "dwell_init",
-    "sigma_min",
-    "clamp_slope",
+    "attention_query_bias",
+    "value_path",
+    "location_normalization",
 )
+RELEASE = dict(
+    embedding_init="kaiming-fan-out",  # N(0, 2 / vocabulary size)
+    boundary_init="zeros",  # START / END start at zero
+    linear_init="xavier",  # one Xavier-initialised layer per role, no biases where the release has none
+    scorer_init="xavier",  # the relative scorer's W_r too
+    source_eos=False,  # no </s> at the end of the source
+    decoder_start="bos",  # the decoder starts from <s> (the release's <sos>)
+    location_projection=True,  # the location heads read off l_t = f_l(h)
+    location_head_init="joint",  # LocAttn's step, gate and bias vectors drawn as one Xavier tensor
+    attention_query_bias=False,  # no bias on the content query
+    value_path="two",  # W_v then W_o, not their product
+    location_normalization="sum-per-column",  # the Gaussian over its sum + 1e-20 per padded column
+)
+# ``presets``: the release's conventions that the paper's presets train with (RESULTS.md, "What in the
+# training matters", has the runs behind each); five keep fairseq's habit, each an option:
+# * the Gaussian divided by its sum: OneStep on ReCopy learned far slower with it (valid accuracy 0.05
+#   after epoch 1 against 48 with the softmax, and 99.9 / 40 / 0.1 at 15 / 30 / 100 after 25 epochs),
+#   and MonoAttn was no better with it;
+# * the relative scorer's W_r drawn Xavier-uniform: every Relative and Bi-Relative cell of Table 2 has
+#   the paper's verdict with torch's default draw; with the release's, seeds 1-3 on six tasks moved one
+#   median away from the paper's verdict and one towards it, and the change would outdate 141 records
+#   (docs/results/training-settings.md, "The relative scorer's projection");
+# * the decoder's start from <s>, the query without a bias and the two-matrix value path: started from
+#   <s>, the cells that fail by stopping too early do not come back to the paper's numbers (RESULTS.md,
+#   "The release's conventions one at a time").
+PRESETS_KEEP_PLUGIN = ("location_normalization", "scorer_init", "decoder_start", "attention_query_bias", "value_path")
+CONVENTIONS: Dict[str, Dict[str, Any]] = {
+    "plugin": {name: BASE_FIELDS[name].default for name in CONVENTION_OPTIONS},
+    "presets": {
+        name: BASE_FIELDS[name].default if name in PRESETS_KEEP_PLUGIN else RELEASE[name] for name in CONVENTION_OPTIONS
+    },
+    "release": RELEASE,
+}
+assert tuple(CONVENTIONS) == CONVENTION_NAMES and all(
+    tuple(group) == CONVENTION_OPTIONS for group in CONVENTIONS.values()
+)
+
+
+def convention_values(values: Mapping[str, Any]) -> Dict[str, Any]:
+    """The options of the conventions group that ``values`` (a model config as a mapping) leaves unset
+    (missing or None), with the values of its ``conventions`` (``plugin`` when unset; an unknown name
+    fills nothing, and ``check_options`` refuses it)."""
+    group = CONVENTIONS.get(values.get("conventions") or "plugin", {})
+    return {name: value for name, value in group.items() if values.get(name) is None}
 
 
 def option_fields() -> Dict[str, dataclasses.Field]:
@@ -217,9 +312,10 @@ def option_defaults() -> Dict[str, Any]:
     return {name: _default(f) for name, f in option_fields().items()}
 
 
-def valid_choices(name: str) -> Optional[List[str]]:
-    """The values a choice option takes now (a registry's entries, the user's included), or None."""
-    f = option_fields().get(name)
+def valid_choices(name: str, fields: Optional[Mapping[str, dataclasses.Field]] = None) -> Optional[List[str]]:
+    """The values a choice option takes now (a registry's entries, the user's included), or None;
+    ``fields``: where the option is declared (the GRU model's options by default)."""
+    f = (option_fields() if fields is None else fields).get(name)
     if f is None:
         return None
     if f.metadata.get("registry"):
@@ -228,16 +324,18 @@ def valid_choices(name: str) -> Optional[List[str]]:
     return list(choices) if choices else None
 
 
-def check_options(values: Mapping[str, Any]) -> None:
+def check_options(values: Mapping[str, Any], fields: Optional[Mapping[str, dataclasses.Field]] = None) -> None:
     """Raise OptionError naming the first option whose value is not allowed (an unknown name of a
     choice, a value out of range), or SettingsError where a chosen entry's settings dataclass
-    refuses its values; options ``values`` lacks are not checked."""
-    for name, f in option_fields().items():
+    refuses its values; options ``values`` lacks are not checked.  ``fields``: the options to check
+    (the GRU model's by default)."""
+    fields = option_fields() if fields is None else fields
+    for name, f in fields.items():
         value = values.get(name)
         if value is None:  # unset, or an optional size left to its rule
             continue
         flag = "--" + name.replace("_", "-")
-        choices = valid_choices(name)
+        choices = valid_choices(name, fields)
         if choices is not None and value not in choices:
             raise OptionError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
         check = f.metadata.get("check")
@@ -272,43 +370,90 @@ def check_preset(name: str, values: Mapping[str, Any], known: Optional[Iterable[
 
 
 def resolved_options(values: Mapping[str, Any]) -> Dict[str, Any]:
-    """Every option: the given values (None counts as unset) over the defaults."""
+    """Every option: the given values (None counts as unset) over their conventions' group
+    (``--conventions``) over the defaults."""
     resolved = option_defaults()
+    resolved.update(convention_values(values))
     resolved.update({k: v for k, v in values.items() if v is not None or k not in resolved})
     return resolved
 
 
+# --- what each builder reads ---------------------------------------------------------------------
+
+# Each builder of gru_seq2seq.py states here the options it reads, as a function of the (resolved)
+# options: a part the model does not have reads none of its options.  The chosen entries read their
+# settings (their dataclass's fields, declared with the entry).  tests/test_fidelity_options.py builds
+# every preset and every registered entry with a config that records what is read, and checks it
+# against these declarations.
+
+
+def model_reads(cfg: Mapping[str, Any]) -> set:
+    """``GRUSeq2SeqModel.build_model`` but for the cross-attention: sizes, embeddings, encoder, decoder
+    (and ``location_attention``, which says whether sorted batches warrant a warning)."""
+    return {
+        "encoder_embed_dim",
+        "encoder_hidden_size",
+        "encoder_layers",
+        "decoder_embed_dim",
+        "decoder_hidden_size",
+        "decoder_layers",
+        "dropout",
+        "encoder_state_noise",
+        "decoder_dropout",
+        "share_decoder_input_output_embed",
+        "share_all_embeddings",
+        "embedding_init",
+        "boundary_init",
+        "source_eos",
+        "decoder_start",
+        "linear_init",
+        "max_source_positions",
+        "max_target_positions",
+        "location_attention",
+    }
+
+
+def reference_heads(name: str) -> tuple:
+    """The heads of their own that the reference entry ``name`` reads (() for an unknown name)."""
+    entry = REGISTRIES["reference"].entries.get(name)
+    return entry.cls.heads if entry is not None else ()
+
+
+def cross_attention_reads(cfg: Mapping[str, Any]) -> set:
+    """``build_cross_attention``: the attention's parts, each read only where the model has it."""
+    reads = {"attention_scoring", "location_attention", "direction_gate", "attention_dim", "linear_init", "value_path"}
+    location, scorer = cfg["location_attention"], cfg["attention_scoring"] != "none"
+    chosen = {"attention_scoring": cfg["attention_scoring"]}
+    if cfg["direction_gate"]:
+        reads |= {"direction_temperature", "direction_gate_hard", "direction_gate_keep_end"}
+    if location:
+        reads |= {"reference", "step_activation", "location_normalization", "sigma_min", "clamp_center"}
+        reads |= {"dwell_count", "location_projection"}
+        reads |= {"clamp_slope"} if cfg["clamp_center"] else set()
+        reads |= {"dwell_init"} if cfg["dwell_count"] else set()
+        # "joint" and "per-head" differ only for xavier and more than the step vector
+        reads |= (
+            {"location_head_init"} if cfg["linear_init"] == "xavier" and reference_heads(cfg["reference"]) else set()
+        )
+        chosen.update({key: cfg[key] for key in ("step_activation", "reference", "location_normalization")})
+    if scorer:
+        reads |= {"attention_query_bias", "scorer_init"}
+    if location and scorer:
+        reads |= {"mix_temperature", "position_reference"}
+    return reads | entry_options_read(chosen)
+
+
+def options_read(cfg: Mapping[str, Any]) -> set:
+    """The options the model ``cfg`` (a model config as a dict) describes is built from."""
+    cfg = resolved_options(cfg)  # a checkpoint older than an option held its default
+    return model_reads(cfg) | cross_attention_reads(cfg)
+
+
 def unused_options(cfg: Mapping[str, Any]) -> set:
     """The options of ``cfg`` (a model config as a dict) that the model it describes never reads,
-    so that no value of theirs changes it: the location options of a content-only model, the mix
-    temperature and position reference of a model that mixes nothing, the settings of entries not
-    chosen, the head init where every location vector keeps its own fan, ..."""
-    cfg = resolved_options(cfg)  # a checkpoint older than an option held its default
-    unused = set()
-    location = cfg["location_attention"]
-    mixes = location and cfg["attention_scoring"] != "none"
-    chosen = {"attention_scoring": cfg["attention_scoring"]}
-    if location:
-        chosen.update({key: cfg[key] for key in ("step_activation", "reference", "location_normalization")})
-    else:
-        unused.update(LOCATION_OPTIONS)
-    unused.update(set(ENTRY_OPTIONS) - entry_options_read(chosen))
-    if not mixes:
-        unused.update(("mix_temperature", "position_reference"))
-    if cfg["attention_scoring"] == "none":
-        unused.update(("attention_query_bias", "scorer_init"))
-    if not cfg["clamp_center"]:
-        unused.add("clamp_slope")
-    # "joint" and "per-head" differ only for xavier and more than the step vector (a reference
-    # that reads heads of its own)
-    reference = REGISTRIES["reference"].entries.get(cfg["reference"])
-    if cfg["linear_init"] != "xavier" or reference is None or not reference.cls.heads:
-        unused.add("location_head_init")
-    if not cfg["direction_gate"]:
-        unused.update(("direction_temperature", "direction_gate_hard", "direction_gate_keep_end"))
-    if not cfg.get("dwell_count"):
-        unused.add("dwell_init")
-    return unused
+    so that no value of theirs changes it: the location options of a content-only model, the
+    settings of entries not chosen, ``conventions`` (its group's options are read instead), ..."""
+    return set(option_fields()) - options_read(cfg)
 
 
 # --- the command line ---------------------------------------------------------------------------
@@ -331,28 +476,44 @@ def _checked(convert: Callable[[str], Any], f: dataclasses.Field) -> Callable[[s
 
 
 def add_option_arguments(
-    parser: argparse.ArgumentParser, eval_bool: Callable[[str], Any], only: Optional[set] = None
+    parser: argparse.ArgumentParser,
+    eval_bool: Callable[[str], Any],
+    only: Optional[set] = None,
+    conventions_group: Optional[Any] = None,
+    fields: Optional[Mapping[str, dataclasses.Field]] = None,
 ) -> None:
     """Every option as a command-line argument without a default (so that a preset can set it).
     Booleans take a value (``--direction-gate False``) so that a preset's True can be switched
     off; a choice lists the names registered when the parser is made; a value out of range is
-    refused by the parser, naming the option.  ``only``: these options alone."""
-    for name, f in option_fields().items():
-        if only is not None and name not in only:
-            continue
+    refused by the parser, naming the option.  ``only``: these options alone.  With
+    ``--conventions`` among them, the options of its group come last, each marked as part of it
+    (in ``conventions_group``, an argument group of their own, where the caller has one).
+    ``fields``: the options to add (the GRU model's by default)."""
+    fields = option_fields() if fields is None else fields
+    names = [name for name in fields if only is None or name in only]
+    grouped = "conventions" in names
+    if grouped:  # the group's options after the others, in the order of CONVENTION_OPTIONS
+        names = [name for name in names if name not in CONVENTION_OPTIONS] + list(CONVENTION_OPTIONS)
+    for name in names:
+        f = fields[name]
         flag = "--" + name.replace("_", "-")
         help_text = f.metadata.get("help", "")
-        default = _default(f)
-        help_text += f" (default: {default})" if help_text else ""
-        choices = valid_choices(name)
+        target = parser
+        if grouped and name in CONVENTION_OPTIONS:
+            values = ", ".join(f"{group} {values[name]}" for group, values in CONVENTIONS.items())
+            help_text = f"part of --conventions (default: from it: {values}): {help_text}"
+            target = conventions_group if conventions_group is not None else parser
+        else:
+            help_text += f" (default: {_default(f)})" if help_text and "(default:" not in help_text else ""
+        choices = valid_choices(name, fields)
         kind = f.type
         if kind is bool:
-            parser.add_argument(flag, type=eval_bool, metavar="BOOL", help=help_text)
+            target.add_argument(flag, type=eval_bool, metavar="BOOL", help=help_text)
         elif choices is not None:
-            parser.add_argument(flag, choices=choices, help=help_text)
+            target.add_argument(flag, choices=choices, help=help_text)
         else:
             inner = getattr(kind, "__args__", (kind,))[0]  # Optional[int] -> int
-            parser.add_argument(flag, type=_checked(inner, f), metavar="N" if inner is int else "F", help=help_text)
+            target.add_argument(flag, type=_checked(inner, f), metavar="N" if inner is int else "F", help=help_text)
 
 
 def parse_bool(text: str) -> bool:

@@ -36,36 +36,15 @@ def register_preset(name: str, options: Mapping[str, Any], model: str = "gru_seq
     getattr(importlib.import_module(f"{__package__}.{module}"), function)(name, options)
 
 
-# How the authors' release trains every model, where fairseq's habits differ (RESULTS.md,
-# "What in the training matters", has the runs behind each): one Xavier-initialised layer per
-# role, kaiming-normal embeddings, START / END starting at zero, no source EOS, the location
-# heads read off l_t = f_l(h), and the content/location mix m = sigmoid(f_mix(h)) without the
-# paper's beta = 5 (with beta = 5 Mix OneStep solves Copy, 100 / 100 / 99.15 for seed 1, where
-# the paper and beta = 1 fail it: RESULTS.md, "The mix temperature"), and LocAttn's step, gate
-# and bias vectors drawn as one Xavier tensor (drawn each on its own fan, LocAttn on Copy scored
-# 0.05 / 0 / 0 at 15 / 30 / 100, median of 3 seeds, against 99.7 / 0 / 0 and the paper's
-# 99.8 / 0 / 0: RESULTS.md, "LocAttn's head initialisation").  Three release settings are left
-# out, each an option:
-# * one embedding matrix shared by encoder and decoder (--share-all-embeddings True): it needs a
-#   joined dictionary and slowed learning in the runs (valid accuracy after epoch 1: 27 with it,
-#   91 without, MonoAttn on Inv ReCopy);
-# * the Gaussian divided by its sum (--location-normalization sum): OneStep on ReCopy learned
-#   far slower with it (valid accuracy 0.05 after epoch 1 against 48 with the softmax, and
-#   99.9 / 40 / 0.1 at 15 / 30 / 100 after 25 epochs), and MonoAttn was no better with it.
-# * the relative scorer's W_r drawn Xavier-uniform (--scorer-init xavier): every Relative and
-#   Bi-Relative cell of Table 2 has the paper's verdict with torch's default draw; with the
-#   release's, seeds 1-3 on six tasks moved one median away from the paper's verdict and one
-#   towards it, and the change would outdate 141 records (docs/results/training-settings.md,
-#   "The relative scorer's projection").
-AUTHORS_TRAINING = dict(
-    embedding_init="kaiming-fan-out",
-    boundary_init="zeros",
-    linear_init="xavier",
-    source_eos=False,
-    location_projection=True,
-    mix_temperature=1.0,
-    location_head_init="joint",
-)
+# How the authors' release trains every model, where fairseq's habits differ: ``--conventions
+# presets`` (``CONVENTIONS`` in options.py lists the group's values and the runs behind each; RESULTS.md,
+# "What in the training matters"), and the content/location mix m = sigmoid(f_mix(h)) without the
+# paper's beta = 5 (with beta = 5 Mix OneStep solves Copy, 100 / 100 / 99.15 for seed 1, where the paper
+# and beta = 1 fail it: RESULTS.md, "The mix temperature").  One embedding matrix shared by encoder and
+# decoder (--share-all-embeddings True), as the release, is left out: it needs a joined dictionary and
+# slowed learning in the runs (valid accuracy after epoch 1: 27 with it, 91 without, MonoAttn on Inv
+# ReCopy).
+AUTHORS_TRAINING = dict(conventions="presets", mix_temperature=1.0)
 
 # name -> the options that distinguish it; every other option keeps the base default.
 CONTENT = dict(AUTHORS_TRAINING, attention_scoring="content")

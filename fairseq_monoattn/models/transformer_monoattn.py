@@ -48,13 +48,20 @@ from ..modules.position_schemes import POSITION_OPTIONS, POSITIONS, install_posi
 from ..modules.positions import kept_tokens_first, to_source_layout
 from ..training_notes import note_sorted_batches
 from .gru_seq2seq import build_cross_attention
-from .options import add_option_arguments, check_options, check_preset, option_defaults, parse_bool, preset_error
+from .options import (
+    TRANSFORMER_FIELDS,
+    TRANSFORMER_FIXED,
+    add_option_arguments,
+    check_options,
+    check_preset,
+    option_defaults,
+    parse_bool,
+    preset_error,
+)
 from .presets import register_preset
 
 MODEL_NAME = "transformer_location"
 STATE_PREFIX = "location."  # the location state's entries among a layer's incremental state
-LOCATION_LAYERS = ("none", "last", "all", "shared")
-GATE_SUMMARIES = ("mean", "none")
 # the options of the plugin's cross-attention this model takes (those of the GRU model that are
 # about the attention itself; the entries' own settings come with them)
 ATTENTION_OPTIONS = (
@@ -287,16 +294,7 @@ class TransformerMonoAttnModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         group = parser.add_argument_group("location attention (fairseq_monoattn)")
-        group.add_argument("--location-layers", choices=LOCATION_LAYERS, help="decoder layers with location "
-                           "attention: the last, all (a focus each), shared (all, one focus), none")  # fmt: skip
-        group.add_argument("--decoder-self-attention-window", type=int, metavar="K",
-                           help="self-attention over the last K decoder positions (0: all)")  # fmt: skip
-        group.add_argument("--decoder-recency-bias", type=float, metavar="M",
-                           help="subtract M (i - j) from decoder self-attention scores (0: none)")  # fmt: skip
-        group.add_argument("--decoder-recency-exempt-start", type=parse_bool, metavar="BOOL",
-                           help="no recency bias on the decoder's first position (the start symbol)")  # fmt: skip
-        group.add_argument("--direction-gate-summary", choices=GATE_SUMMARIES, help="what the direction "
-                           "gate reads: the mean of the encoder's outputs, or none (one learned g)")  # fmt: skip
+        add_option_arguments(group, parse_bool, fields=TRANSFORMER_FIELDS)  # options.TransformerLocationOptions
         add_option_arguments(group, parse_bool, only=set(attention_options()))
         add_position_arguments(parser.add_argument_group("position schemes (fairseq_monoattn)"))
 
@@ -355,26 +353,11 @@ def location_defaults(args: Namespace) -> None:
     Transformer's (attention size = the decoder's width); the position scheme's switches are set
     to match ``--positions`` (``modules/position_schemes.py``)."""
     resolve_positions(args)
-    for name, value in attention_options().items():
+    own = {name: field.default for name, field in TRANSFORMER_FIELDS.items()}
+    for name, value in {**attention_options(), **own}.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
-    if getattr(args, "location_layers", None) is None:
-        args.location_layers = "last"
-    if getattr(args, "decoder_self_attention_window", None) is None:
-        args.decoder_self_attention_window = 0
-    if args.decoder_self_attention_window < 0:
-        raise ValueError(
-            f"--decoder-self-attention-window must be 0 (no limit) or a number of positions, got "
-            f"{args.decoder_self_attention_window}"
-        )
-    if getattr(args, "direction_gate_summary", None) is None:
-        args.direction_gate_summary = "mean"
-    if getattr(args, "decoder_recency_bias", None) is None:
-        args.decoder_recency_bias = 0.0
-    if args.decoder_recency_bias < 0:
-        raise ValueError(f"--decoder-recency-bias must be 0 (none) or positive, got {args.decoder_recency_bias}")
-    if getattr(args, "decoder_recency_exempt_start", None) is None:
-        args.decoder_recency_exempt_start = False
+    check_options(vars(args), fields=TRANSFORMER_FIELDS)  # OptionError names the option
     if args.decoder_recency_exempt_start and not args.decoder_recency_bias:
         raise ValueError("--decoder-recency-exempt-start True needs a --decoder-recency-bias to exempt the start from")
     if args.decoder_recency_exempt_start and args.decoder_self_attention_window:
@@ -383,9 +366,8 @@ def location_defaults(args: Namespace) -> None:
             "the window drops the start symbol"
         )
     args.attention_dim = args.decoder_embed_dim
-    args.linear_init = getattr(args, "linear_init", "pytorch") or "pytorch"
-    args.location_head_init = getattr(args, "location_head_init", "per-head") or "per-head"
-    args.scorer_init = getattr(args, "scorer_init", "pytorch") or "pytorch"
+    for name, value in TRANSFORMER_FIXED.items():
+        setattr(args, name, getattr(args, name, None) or value)
 
 
 # --- named architectures ----------------------------------------------------------------------------

@@ -140,6 +140,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_variants(parser: argparse.ArgumentParser, several: bool) -> None:
+    parser.lists_model_options = True  # --help lists the model options a variant may give
     help_text = (
         "a named set of extra fairseq-train options, NAME=OPTIONS (OPTIONS may be empty: the presets "
         "as they are); records go to RESULTS/TASK/ARCH/NAME/"
