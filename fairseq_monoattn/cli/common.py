@@ -3,8 +3,9 @@ help shows every default, and the --user-dir option."""
 
 import argparse
 import logging
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Sequence
 
 # fairseq's INFO chatter (data loading, "install tensorboardX") is not the commands' output
 logging.getLogger("fairseq").setLevel(logging.WARNING)
