@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from model_helpers import random_digits
 
-from fairseq_monoattn.models.gru_seq2seq import GRUDecoder
+from fairseq_monoattn import fast_path
+from fairseq_monoattn.fast_path import FastPath
 from fairseq_monoattn.models.presets import PRESETS
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.modules.steps import SigmoidStep, SigmoidStepSettings
@@ -62,13 +63,14 @@ def test_the_loop_node_is_the_decoders_steps(arch, dtype, monkeypatch):
     (fairseq_monoattn/testing.py: three code paths, so never bit for bit)."""
     dictionary = digit_dictionary()
     model = build(arch, dictionary).to(dtype).eval()
+    assert isinstance(model.fast_path, FastPath)  # chosen again after the cast: the fast path
     for sample in samples(dictionary):
         runs = {}
         for way in ("loop", "steps", "python"):
             with monkeypatch.context() as patch:
-                if way != "loop":
-                    patch.setattr(GRUDecoder, "compiled_steps", lambda *args, **kwargs: None)
-                patch.setattr(compiled, "ENABLED", way != "python")
+                if way == "steps":
+                    patch.setattr(FastPath, "loop", lambda *args, **kwargs: None)
+                fast_path.install(model, None if way == "python" else model.fast_path)
                 runs[way] = pass_with_gradients(model, sample, dictionary)
         loop, steps, python = runs["loop"], runs["steps"], runs["python"]
         assert "DecoderLoopBackward" in loop[2] and "DecoderLoopBackward" not in steps[2]

@@ -158,7 +158,7 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
     attention = model.decoder.attention
     far = batch(D, [list("12345")])
     encoder_out = model.encoder(**{k: v for k, v in far["net_input"].items() if k != "prev_output_tokens"})
-    memory, state = model.decoder._start_state(encoder_out)
+    memory, state = model.decoder.start_state(encoder_out)
     heads = torch.tensor([[20.0, 0.0]], dtype=dtype)  # a ReLU step of 20 positions, the narrowest width
     weights, _, _ = attention.location(heads, torch.tensor([1.0]), memory, memory["padding_mask"], step=3)
     assert not torch.isnan(weights).any()
@@ -168,7 +168,7 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
         assert weights.abs().sum().item() == 0.0
     long = batch(D, [[str(i % 10) for i in range(298)]])
     encoder_out = model.encoder(**{k: v for k, v in long["net_input"].items() if k != "prev_output_tokens"})
-    memory, _ = model.decoder._start_state(encoder_out)
+    memory, _ = model.decoder.start_state(encoder_out)
     assert memory["positions"].dtype == torch.float32
     centre = torch.tensor([200 / 299])  # position 200 of 0..299
     step = torch.tensor([[0.0, 0.0]], dtype=dtype)  # no step, the narrowest width
