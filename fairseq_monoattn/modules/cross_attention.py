@@ -368,13 +368,15 @@ class CrossAttention(nn.Module):
         state: Optional[LocationState],
         first_step: int,
         location_focus: Optional[torch.Tensor] = None,
+        fast_path=None,
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[LocationState]]:
         """Many steps at once, from their readouts (B, T, R), for a decoder that has every step's
         query before attending (a Transformer): content scores and the context for all steps in
         one product each; only the location focus runs step by step, since its reference is the
         position the previous step attended.  ``location_focus`` (B, T, S): another layer's focus
         to use instead of scanning one.  Returns the context (B, T, D), the weights (B, T, S), the
-        location focus (B, T, S) or None, and the location state after the last step or None."""
+        location focus (B, T, S) or None, and the location state after the last step or None.
+        ``fast_path`` (fast_path.py, the caller's choice) scans the focus with its C++ node."""
         mask = memory["padding_mask"]
         query, head_logits, mix_logit = readout.split(sizes, dim=-1)
         content = None
@@ -385,11 +387,12 @@ class CrossAttention(nn.Module):
             return torch.bmm(content, memory["values"]), content, None, None
         mix = torch.sigmoid(self.mix_temperature * mix_logit) if content is not None else None
         values_type = memory["values"].dtype
+        focus_step = self.location.focus_step if fast_path is None else partial(fast_path.location_focus, self.location)
         weights, focuses = [], []
         for t in range(readout.size(1)):
             steps = position = None
             if location_focus is None:
-                focus, _, steps, position = self.location.focus_step(
+                focus, _, steps, position = focus_step(
                     head_logits[:, t], state["position"], memory, mask, first_step + t, state.get("dwell")
                 )
             else:
