@@ -50,7 +50,7 @@ def choose(model: torch.nn.Module) -> Optional["FastPath"]:
     kinds = {(p.device.type, p.dtype) for p in model.parameters()}
     if len(kinds) != 1 or not kinds <= compiled.KINDS:
         return None
-    return FastPath(compiled.kernels)
+    return FastPath()
 
 
 def install(model: torch.nn.Module, fast_path: Optional["FastPath"]) -> None:
@@ -93,8 +93,11 @@ class FastPath:
     """The C++ kernels and the CPU tricks, as the model's encoder and decoder call them.  Each method
     names the reference it stands in for."""
 
-    def __init__(self, kernels):
-        self.kernels = kernels
+    @property
+    def kernels(self):
+        """The C++ kernels (``compiled.kernels``), looked up rather than held, so that a model holding
+        its fast path can be copied and pickled (fairseq's EMA copies the model)."""
+        return compiled.kernels
 
     def __repr__(self) -> str:
         return "FastPath(C++ kernels)"

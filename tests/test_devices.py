@@ -199,6 +199,8 @@ def test_the_code_is_chosen_when_the_model_is_built_and_again_when_it_is_moved_o
     float64 where the kernels are built and on, else the reference; a cast (fairseq's --fp16 calls
     .half()) chooses again, says so in the log, and the training log's code line names the code
     that ran."""
+    import copy
+    import io
     import logging
 
     from fairseq_monoattn import fast_path
@@ -208,6 +210,10 @@ def test_the_code_is_chosen_when_the_model_is_built_and_again_when_it_is_moved_o
     model = build("gru_onestep", D, seed=1)
     assert isinstance(model.fast_path, fast_path.FastPath) == built
     assert model.encoder.fast_path is model.decoder.fast_path is model.fast_path
+    copied = copy.deepcopy(model)  # fairseq's EMA copies the model; torch.save pickles it
+    assert copied.encoder.fast_path is copied.decoder.fast_path is copied.fast_path
+    assert isinstance(copied.fast_path, fast_path.FastPath) == built
+    torch.save(model, io.BytesIO())
     with caplog.at_level(logging.INFO):
         model.half()
     assert model.fast_path is None and model.decoder.fast_path is None and model.encoder.fast_path is None

@@ -267,9 +267,8 @@ def test_pr_tracks_the_location_only_focus():
 def fast(on: bool):
     """The fast path (fast_path.FastPath) where ``on``, else None (the reference)."""
     from fairseq_monoattn.fast_path import FastPath
-    from fairseq_monoattn.modules import compiled
 
-    return FastPath(compiled.kernels) if on else None
+    return FastPath() if on else None
 
 
 @pytest.fixture(params=["Python", "C++"])
