@@ -94,7 +94,7 @@ def test_attention_is_a_distribution_over_real_positions(arch):
 def centres_and_references(model, sample, steps):
     """Run the cross-attention by hand and record (mu_t, pa_{t-1}) at every step."""
     encoder_out = model.encoder(**{k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"})
-    memory, state = model.decoder.start_state(encoder_out)
+    memory, state = model.decoder._start_state(encoder_out)
     attention = model.decoder.attention
     hidden, location, pairs = state["hidden"][-1], state["location"], []
     g = torch.Generator().manual_seed(0)

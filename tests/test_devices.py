@@ -158,7 +158,7 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
     attention = model.decoder.attention
     far = batch(D, [list("12345")])
     encoder_out = model.encoder(**{k: v for k, v in far["net_input"].items() if k != "prev_output_tokens"})
-    memory, state = model.decoder.start_state(encoder_out)
+    memory, state = model.decoder._start_state(encoder_out)
     heads = torch.tensor([[20.0, 0.0]], dtype=dtype)  # a ReLU step of 20 positions, the narrowest width
     weights, _, _ = attention.location(heads, torch.tensor([1.0]), memory, memory["padding_mask"], step=3)
     assert not torch.isnan(weights).any()
@@ -168,7 +168,7 @@ def test_the_normalisations_neither_underflow_nor_blur_in_half_precision(dtype, 
         assert weights.abs().sum().item() == 0.0
     long = batch(D, [[str(i % 10) for i in range(298)]])
     encoder_out = model.encoder(**{k: v for k, v in long["net_input"].items() if k != "prev_output_tokens"})
-    memory, _ = model.decoder.start_state(encoder_out)
+    memory, _ = model.decoder._start_state(encoder_out)
     assert memory["positions"].dtype == torch.float32
     centre = torch.tensor([200 / 299])  # position 200 of 0..299
     step = torch.tensor([[0.0, 0.0]], dtype=dtype)  # no step, the narrowest width
@@ -192,41 +192,3 @@ def test_mixed_precision_under_autocast_trains(arch):
     reference = build(arch, D, seed=1)
     reference.train()
     assert abs(loss.item() - training_step(reference, sample).item()) < 0.05 * max(1.0, loss.item())
-
-
-def test_the_code_is_chosen_when_the_model_is_built_and_again_when_it_is_moved_or_cast(monkeypatch, caplog):
-    """fast_path.choose decides once, at build_model: the fast path for CPU parameters of float32 or
-    float64 where the kernels are built and on, else the reference; a cast (fairseq's --fp16 calls
-    .half()) chooses again, says so in the log, and the training log's code line names the code
-    that ran."""
-    import copy
-    import io
-    import logging
-
-    from fairseq_monoattn import fast_path
-    from fairseq_monoattn.modules import compiled
-
-    built = compiled.available()
-    model = build("gru_onestep", D, seed=1)
-    assert isinstance(model.fast_path, fast_path.FastPath) == built
-    assert model.encoder.fast_path is model.decoder.fast_path is model.fast_path
-    copied = copy.deepcopy(model)  # fairseq's EMA copies the model; torch.save pickles it
-    assert copied.encoder.fast_path is copied.decoder.fast_path is copied.fast_path
-    assert isinstance(copied.fast_path, fast_path.FastPath) == built
-    torch.save(model, io.BytesIO())
-    with caplog.at_level(logging.INFO):
-        model.half()
-    assert model.fast_path is None and model.decoder.fast_path is None and model.encoder.fast_path is None
-    assert ("it now runs the reference" in caplog.text) == built
-    model.double()
-    assert isinstance(model.decoder.fast_path, fast_path.FastPath) == built
-    monkeypatch.setattr(compiled, "ENABLED", False)  # FAIRSEQ_MONOATTN_COMPILED=0 before the build
-    assert build("gru_onestep", D, seed=1).fast_path is None
-    monkeypatch.setattr(compiled, "ENABLED", True)
-    sample = batch(D, [list("3141"), list("27")], [list("3141"), list("27")])
-    for cast, code in ((torch.float64, fast_path.LOOP if built else "Python"), (torch.bfloat16, "Python")):
-        model = build("gru_onestep", D, seed=1).to(cast).train()
-        caplog.clear()
-        with caplog.at_level(logging.INFO):
-            training_step(model, sample)
-        assert compiled.TRAINING_CODE_LINE + code in caplog.text

@@ -409,12 +409,12 @@ class GRUDecoder(FairseqIncrementalDecoder):
 
     def begin_pass(self, encoder_out, incremental_state=None, fold_value_output: bool = False):
         """The memory the steps read and the state they start from: kept in the incremental state
-        after a decoding's first call, else made (``start_state``)."""
+        after a decoding's first call, else made (``_start_state``)."""
         if incremental_state is not None:
             memory = self.get_incremental_state(incremental_state, "memory")
             if memory is not None:
                 return memory, self.get_incremental_state(incremental_state, "state")
-        return self.start_state(encoder_out, fold_value_output)
+        return self._start_state(encoder_out, fold_value_output)
 
     def end_pass(self, incremental_state, memory, hidden, location) -> None:
         """Keep the memory and the state after the last step for a decoding's next call."""
@@ -426,7 +426,7 @@ class GRUDecoder(FairseqIncrementalDecoder):
         self.set_incremental_state(incremental_state, "memory", memory)
         self.set_incremental_state(incremental_state, "state", new_state)
 
-    def start_state(self, encoder_out, fold_value_output: bool = False):
+    def _start_state(self, encoder_out, fold_value_output: bool = False):
         """The memory the steps read (``CrossAttention.prepare``) and the first state; the values
         before their output map with ``fold_value_output`` (the fast path's choice)."""
         summary = encoder_rows(encoder_out, "summary")
