@@ -39,6 +39,7 @@ from fairseq.data import Dictionary, data_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
+from fairseq_monoattn import fast_path
 from fairseq_monoattn.data.digits import RULES
 from fairseq_monoattn.data.prepare import prepare
 from fairseq_monoattn.models.presets import PRESETS  # importing this package registered the architectures
@@ -541,6 +542,8 @@ def compiled_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10) ->
         raise SystemExit("--compiled: the C++ kernels are not built (see the README's installation)")
     dictionary = digit_dictionary()
     model = build_preset(arch, dictionary)
+    if model.fast_path is None:
+        raise SystemExit(f"--compiled: {fast_path.describe(None)}")
     model.train()
     update = training_update(model, dictionary, torch.optim.Adam(model.parameters(), lr=1e-3))
     generator = torch.Generator().manual_seed(0)
@@ -548,18 +551,18 @@ def compiled_ratio(arch: str, task: str, rounds: int = 10, updates: int = 10) ->
     batches = [make(dictionary, generator) for _ in range(updates)]
     for sample in batches[:3]:  # warm-up
         update(sample)
-    times, ratios, switch = {True: [], False: []}, [], compiled.ENABLED
+    times, ratios, chosen = {True: [], False: []}, [], model.fast_path
     try:
         for round_ in range(rounds):
             for enabled in (True, False) if round_ % 2 else (False, True):
-                compiled.ENABLED = enabled
+                fast_path.install(model, chosen if enabled else None)
                 start = time.perf_counter()
                 for sample in batches:
                     update(sample)
                 times[enabled].append(1e3 * (time.perf_counter() - start) / updates)
             ratios.append(times[True][-1] / times[False][-1])
     finally:
-        compiled.ENABLED = switch
+        fast_path.install(model, chosen)
     return {"compiled": statistics.median(times[True]), "python": statistics.median(times[False]),
             "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)}  # fmt: skip
 

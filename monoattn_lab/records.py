@@ -102,7 +102,7 @@ def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
 
 
 def training_code(output: Path) -> Optional[List[str]]:
-    """The code the decoder's training passes ran (``compiled.training_code``), as the training's
+    """The code the decoder's training passes ran (``FastPath.training_code``, or the reference), as the training's
     output says it: one line per fairseq-train process (a resumed run has several), each value
     once in the order first seen; None where no line says it."""
     from fairseq_monoattn.modules.compiled import TRAINING_CODE_LINE

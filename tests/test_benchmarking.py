@@ -5,7 +5,8 @@ import os
 import pytest
 import torch
 
-from fairseq_monoattn.modules import compiled, gru
+from fairseq_monoattn import fast_path
+from fairseq_monoattn.modules import compiled
 from monoattn_lab import benchmarking
 
 
@@ -287,12 +288,10 @@ def test_least_times_interleaves_the_runs_and_keeps_each_entrys_least():
 @pytest.mark.skipif(compiled.kernels is None, reason="the C++ kernels are not built")
 def test_the_kernel_timing_alternates_cpp_and_python_on_the_same_batches(monkeypatch):
     calls = []
-    real = gru._PackedGRULoop.apply
-    monkeypatch.setattr(gru._PackedGRULoop, "apply", lambda *args: calls.append(1) or real(*args))
-    monkeypatch.setattr(compiled, "ENABLED", True)
+    real = fast_path._PackedGRULoop.apply
+    monkeypatch.setattr(fast_path._PackedGRULoop, "apply", lambda *args: calls.append(1) or real(*args))
     row = benchmarking.compiled_ratio("gru_onestep", "inv_recopy", rounds=3, updates=2)
-    assert len(calls) == 2 + 3 * 2  # the warm-up (the switch as it was), then 3 rounds of 2 updates in C++
-    assert compiled.ENABLED is True  # put back
+    assert len(calls) == 2 + 3 * 2  # the warm-up (on the fast path as built), then 3 rounds of 2 updates in C++
     assert row["low"] <= row["ratio"] <= row["high"] and row["python"] > 0 and row["compiled"] > 0
 
 

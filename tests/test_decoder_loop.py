@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from model_helpers import random_digits
 
-from fairseq_monoattn.models.gru_seq2seq import GRUDecoder
+from fairseq_monoattn import fast_path
+from fairseq_monoattn.fast_path import FastPath
 from fairseq_monoattn.models.presets import PRESETS
 from fairseq_monoattn.modules import compiled
 from fairseq_monoattn.modules.steps import SigmoidStep, SigmoidStepSettings
@@ -62,13 +63,14 @@ def test_the_loop_node_is_the_decoders_steps(arch, dtype, monkeypatch):
     (fairseq_monoattn/testing.py: three code paths, so never bit for bit)."""
     dictionary = digit_dictionary()
     model = build(arch, dictionary).to(dtype).eval()
+    assert isinstance(model.fast_path, FastPath)  # chosen again after the cast: the fast path
     for sample in samples(dictionary):
         runs = {}
         for way in ("loop", "steps", "python"):
             with monkeypatch.context() as patch:
-                if way != "loop":
-                    patch.setattr(GRUDecoder, "compiled_steps", lambda *args, **kwargs: None)
-                patch.setattr(compiled, "ENABLED", way != "python")
+                if way == "steps":
+                    patch.setattr(FastPath, "loop", lambda *args, **kwargs: None)
+                fast_path.install(model, None if way == "python" else model.fast_path)
                 runs[way] = pass_with_gradients(model, sample, dictionary)
         loop, steps, python = runs["loop"], runs["steps"], runs["python"]
         assert "DecoderLoopBackward" in loop[2] and "DecoderLoopBackward" not in steps[2]
@@ -158,3 +160,38 @@ def test_the_loop_refuses_inputs_that_do_not_fit_together():
     ]:
         with pytest.raises(RuntimeError, match=message):
             compiled.kernels.decoder_loop(**{**args, **change})
+
+
+@pytest.mark.parametrize("arch", [name for name in PRESETS if name not in LOOPED])
+def test_the_fast_paths_step_nodes_are_the_reference_where_the_loop_does_not_apply(arch):
+    """The presets whose scorer has no C++ form: the fast path steps them with its C++ step nodes
+    (the scorer in Python), the reference in the modules' Python; the same logits, attention and
+    gradients to float rounding (float64), in training and in incremental decoding."""
+    dictionary = digit_dictionary()
+    model = build(arch, dictionary).double().eval()
+    chosen = model.fast_path
+    assert isinstance(chosen, FastPath) and chosen.training_code(model.decoder) == fast_path.STEP_NODES
+    sample = samples(dictionary)[1]
+    runs = {}
+    for way, code in (("fast", chosen), ("reference", None)):
+        fast_path.install(model, code)
+        logits, attention, names, grads = pass_with_gradients(model, sample, dictionary)
+        with torch.no_grad():  # every step incrementally, as a generator decodes
+            net_input = sample["net_input"]
+            encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+            state, tokens = {}, net_input["prev_output_tokens"]
+            steps = [model.decoder(tokens[:, : t + 1], encoder_out, incremental_state=state)[0] for t in range(3)]
+        runs[way] = logits, attention, grads, torch.cat(steps, dim=1), names
+    (fast, reference) = runs["fast"], runs["reference"]
+
+    def stepped(names):
+        return any("StepProductBackward" in name for name in names)
+
+    assert stepped(fast[4]) and not stepped(reference[4])
+    assert_same_up_to_rounding(fast[0], reference[0], "logits")
+    assert_same_up_to_rounding(fast[1], reference[1], "attention")
+    assert set(fast[2]) == set(reference[2])
+    for name, want in reference[2].items():
+        assert_same_up_to_rounding(fast[2][name], want, f"gradient of {name}")
+    assert_same_up_to_rounding(fast[3], reference[3], "incremental logits")
+    assert_same_up_to_rounding(fast[3], fast[0][:, :3], "incremental against full logits")

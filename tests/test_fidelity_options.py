@@ -546,7 +546,7 @@ def test_a_preset_on_prepared_dedupe_data_without_the_source_end_marker_warns(tm
 def parsed(arch, *argv):
     """The model options fairseq's own parser gives ``fairseq-train --arch ARCH ARGV``, beside what the
     plugin's records expect of the same command without fairseq (they must agree)."""
-    from fairseq_monoattn.experiments.runs import parsed_model_config, planned_model_config
+    from monoattn_lab.spec import parsed_model_config, planned_model_config
 
     command = ["fairseq-train", "data", "--arch", arch, "--user-dir", USER_DIR, *argv]
     model = parsed_model_config(command)

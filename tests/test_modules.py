@@ -1,5 +1,6 @@
 """Equations of the attention building blocks, checked on hand-computed values."""
 
+import functools
 import math
 
 import pytest
@@ -263,16 +264,22 @@ def test_pr_tracks_the_location_only_focus():
     assert torch.allclose(content.sum(-1), m.squeeze(-1), atol=1e-6)
 
 
+def fast(on: bool):
+    """The fast path (fast_path.FastPath) where ``on``, else None (the reference)."""
+    from fairseq_monoattn.fast_path import FastPath
+
+    return FastPath() if on else None
+
+
 @pytest.fixture(params=["Python", "C++"])
-def kernels(request, monkeypatch):
-    """Each test with this fixture runs with the Python code and with the C++ kernels (skipped where
-    they are not built)."""
+def kernels(request):
+    """Each test with this fixture runs with the reference (None) and with the fast path (a
+    fast_path.FastPath; skipped where the C++ kernels are not built)."""
     from fairseq_monoattn.modules import compiled
 
     if request.param == "C++" and compiled.kernels is None:
         pytest.skip("the C++ kernels are not built")
-    monkeypatch.setattr(compiled, "ENABLED", request.param == "C++")
-    return request.param
+    return fast(request.param == "C++")
 
 
 def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right(kernels):
@@ -283,9 +290,10 @@ def test_the_gru_update_is_torchs_gru_cell_and_its_gradient_is_right(kernels):
     x, h = torch.randn(3, 6, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
     input_gates = torch.nn.functional.linear(x, cell.weight_ih, cell.bias_ih)
     hidden_gates = torch.nn.functional.linear(h, cell.weight_hh, cell.bias_hh)
-    assert torch.allclose(gru_update(input_gates, hidden_gates, h), cell(x, h), atol=1e-14)
+    update = gru_update if kernels is None else kernels.gru_update
+    assert torch.allclose(update(input_gates, hidden_gates, h), cell(x, h), atol=1e-14)
     inputs = [t.detach().requires_grad_() for t in (input_gates, hidden_gates, h)]
-    assert torch.autograd.gradcheck(gru_update, inputs)
+    assert torch.autograd.gradcheck(update, inputs)
 
 
 def gru_loops():
@@ -307,12 +315,17 @@ def test_the_cpp_kernels_are_built_where_a_compiler_is():
     assert compiled.kernels is not None, (
         "the C++ kernels were not built: pip install --no-build-isolation --use-pep517 -e ."
     )
-    assert compiled.applies(torch.zeros(1), torch.zeros(2)) == compiled.ENABLED
-    assert not compiled.applies(torch.zeros(1, dtype=torch.bfloat16))
-    assert not compiled.applies(torch.zeros(1), torch.zeros(1, dtype=torch.float64))
-    assert not compiled.applies(torch.zeros(1, device="meta"))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not compiled.applies(torch.zeros(1))
+    from fairseq_monoattn import fast_path
+
+    # the one choice: CPU parameters of float32 or float64, one of them, the kernels on
+    chosen = {device: fast_path.choose(torch.nn.Linear(2, 2).to(device)) for device in ("cpu", "meta")}
+    assert (chosen["cpu"] is not None) == compiled.ENABLED and chosen["meta"] is None
+    assert fast_path.choose(torch.nn.Linear(2, 2).double()) is not None or not compiled.ENABLED
+    assert fast_path.choose(torch.nn.Linear(2, 2).bfloat16()) is None
+    assert fast_path.choose(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).double())) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast the reference runs each pass
+        assert not fast_path.FastPath.serves()
+    assert fast_path.FastPath.serves()
 
 
 @pytest.mark.parametrize("compiled", gru_loops())
@@ -331,7 +344,7 @@ def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width, compi
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     packed_out, want_final = rnn(packed)
     want, _ = torch.nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=width)
-    got, got_final = bidirectional_gru(rnn, x, lengths, compiled_loop=compiled)
+    got, got_final = bidirectional_gru(rnn, x, lengths, fast_path=fast(compiled))
     assert got.shape == (5, width, 8)
     assert torch.allclose(got, want, atol=1e-14) and torch.allclose(got_final, want_final, atol=1e-14)
     assert got[1, 2:].abs().sum() == 0  # zero past the row's length, as pad_packed_sequence pads
@@ -358,7 +371,7 @@ def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dt
     params = [x] + list(rnn.parameters())
     runs = []
     for compiled in (False, True):
-        out, final = bidirectional_gru(rnn, x, lengths, compiled_loop=compiled)
+        out, final = bidirectional_gru(rnn, x, lengths, fast_path=fast(compiled))
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
         loss = (out * weights).sum() + final.pow(2).sum()
         runs.append((out, final, torch.autograd.grad(loss, params)))
@@ -381,7 +394,7 @@ def test_state_noise_is_added_to_every_state_the_next_step_reads(compiled):
     lengths = torch.tensor([4, 1, 6, 3])
     x = torch.randn(4, 6, 5, dtype=torch.float64, requires_grad=True)
     torch.manual_seed(11)
-    got, got_final = bidirectional_gru(rnn, x, lengths, compiled_loop=compiled, state_noise=0.3)
+    got, got_final = bidirectional_gru(rnn, x, lengths, fast_path=fast(compiled), state_noise=0.3)
     torch.manual_seed(11)
     packing = _Packing(lengths, 6)
     eps = 0.3 * torch.randn(2, packing.total, 3, dtype=torch.float64)
@@ -402,7 +415,7 @@ def test_state_noise_is_added_to_every_state_the_next_step_reads(compiled):
                 want[b, p, 3 * direction : 3 * direction + 3] = h
             finals[direction, b] = h
     assert (got - want).abs().max() < 1e-13 and (got_final - finals).abs().max() < 1e-13
-    assert (got - bidirectional_gru(rnn, x, lengths, compiled_loop=compiled)[0]).abs().max() > 0.1
+    assert (got - bidirectional_gru(rnn, x, lengths, fast_path=fast(compiled))[0]).abs().max() > 0.1
     params = [x] + list(rnn.parameters())
     weights = torch.randn(want.shape, dtype=torch.float64)
     want_grads = torch.autograd.grad((want * weights).sum() + finals.pow(2).sum(), params)
@@ -489,13 +502,13 @@ def test_a_step_linear_gives_the_gradients_of_the_plain_products(kernels):
     start = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
 
     def recurrence(stepped):
-        linear = StepLinear(weight, bias) if stepped else None
+        linear = StepLinear(weight, bias, kernels=kernels and kernels.kernels) if stepped else None
         h, outputs = start, []
         for offset in offsets.unbind(0):  # h_t = tanh(o_t + h_{t-1} W^T + b)
             product = linear(h, offset) if stepped else offset + h @ weight.t() + bias
             if stepped:  # the step's node: C++ where the kernels run
                 assert "StepProductBackward" in product.grad_fn.name()
-                assert (type(product.grad_fn).__name__ == "CppFunction") == (kernels == "C++")
+                assert (type(product.grad_fn).__name__ == "CppFunction") == (kernels is not None)
             h = torch.tanh(product)
             outputs.append(h)
         return (torch.stack(outputs) * torch.arange(1.0, 7.0, dtype=torch.float64).view(6, 1, 1)).sum()
@@ -521,7 +534,7 @@ def test_step_operands_give_the_gradients_of_the_plain_products(kernels):
     def recurrence(deferred):
         memory = {"values": values, "keys": keys, "positions": torch.arange(5.0, dtype=torch.float64)}
         if deferred:
-            memory = with_step_operands(memory, ("values", "keys", "absent"))
+            memory = with_step_operands(memory, ("values", "keys", "absent"), kernels=kernels and kernels.kernels)
             assert sorted(memory["step_operands"]) == ["keys", "values"]  # not the constant positions
         h, total = start, values.sum() * 0.5 + keys.pow(2).sum()  # also used outside the steps
         for t in range(4):  # a_t = softmax(K h_{t-1}), h_t = tanh(a_t V W)
@@ -533,7 +546,7 @@ def test_step_operands_give_the_gradients_of_the_plain_products(kernels):
             if deferred:  # the steps' nodes: C++ where the kernels run
                 assert "StepScoreBackward" in scores.grad_fn.name() and "StepReadBackward" in context.grad_fn.name()
                 kinds = {type(scores.grad_fn).__name__, type(context.grad_fn).__name__}
-                assert (kinds == {"CppFunction"}) == (kernels == "C++")
+                assert (kinds == {"CppFunction"}) == (kernels is not None)
             h = torch.tanh(context @ mix)
             total = total + (h * (t + 1)).sum()
         return total
@@ -620,10 +633,11 @@ def test_the_softmax_focus_in_one_node_is_the_plain_one_with_its_gradient(kernel
     mu = torch.tensor([0.3, 0.8], dtype=torch.float64, requires_grad=True)
     sigma = torch.tensor([0.2, 0.05], dtype=torch.float64, requires_grad=True)
     focus = SoftmaxFocus()
-    fused = focus.focus(positions, mu, sigma, mask)
+    one_node = focus.focus if kernels is None else kernels.softmax_focus
+    fused = one_node(positions, mu, sigma, mask)
     plain = FocusNormalization.focus(focus, positions, mu, sigma, mask)  # the composed default
     assert torch.allclose(fused, plain, atol=1e-15) and fused[1, 4:].abs().sum() == 0
-    assert torch.autograd.gradcheck(lambda m, s: focus.focus(positions, m, s, mask), (mu, sigma))
+    assert torch.autograd.gradcheck(lambda m, s: one_node(positions, m, s, mask), (mu, sigma))
 
 
 def test_the_dwell_count_follows_its_recurrence_and_enters_the_step_logit():
@@ -689,7 +703,6 @@ def test_the_cpp_step_nodes_are_the_python_ones(dtype, monkeypatch):
     """The decoder step's GRU update and softmax focus as C++ nodes against the Python nodes on a
     batch of the presets' size: the same outputs and gradients to float rounding (two code paths,
     fairseq_monoattn/testing.py), the hidden gates read from a view of wider rows as the decoder passes them."""
-    from fairseq_monoattn.modules import compiled
     from fairseq_monoattn.modules.gru import gru_update
     from fairseq_monoattn.modules.normalizations import SoftmaxFocus
 
@@ -706,9 +719,10 @@ def test_the_cpp_step_nodes_are_the_python_ones(dtype, monkeypatch):
     focus_upstream = torch.randn(32, 45, generator=generator, dtype=dtype)
     runs = {}
     for enabled in (False, True):
-        monkeypatch.setattr(compiled, "ENABLED", enabled)
-        new_hidden = gru_update(input_gates, readout[:, 7:], hidden)
-        weights = SoftmaxFocus().focus(positions, mu, sigma, mask)
+        code = fast(enabled)
+        update = gru_update if code is None else code.gru_update
+        new_hidden = update(input_gates, readout[:, 7:], hidden)
+        weights = (SoftmaxFocus().focus if code is None else code.softmax_focus)(positions, mu, sigma, mask)
         loss = (new_hidden * upstream).sum() + (weights * focus_upstream).sum()
         runs[enabled] = (new_hidden, weights, torch.autograd.grad(loss, (readout, input_gates, hidden, mu, sigma)))
     (want_hidden, want_weights, want_grads), (got_hidden, got_weights, got_grads) = runs[False], runs[True]
@@ -729,7 +743,6 @@ def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
     the same outputs and gradients (the heads, the previous position, Mono's gate) to float
     rounding, no weight on padding.  Rows where the focus lands exactly on START (a ReLU step of 0 from position
     0) take the clamp's tie, where torch splits the gradient in half."""
-    from fairseq_monoattn.modules import compiled
 
     generator = torch.Generator().manual_seed(11)
     lengths = torch.randint(1, 46, (32,), generator=generator)
@@ -751,8 +764,11 @@ def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
                 for step in (1, 3):
                     runs = {}
                     for enabled in (False, True):
-                        monkeypatch.setattr(compiled, "ENABLED", enabled)
-                        weights, mu, steps, position = module.focus_step(heads, previous, memory, mask, step)
+                        code = fast(enabled)
+                        focus_step = (
+                            module.focus_step if code is None else functools.partial(code.location_focus, module)
+                        )
+                        weights, mu, steps, position = focus_step(heads, previous, memory, mask, step)
                         assert (position is not None) == enabled
                         if position is None:
                             position = (weights * memory["positions"]).sum(-1)
@@ -814,8 +830,9 @@ def test_location_heads_of_the_wrong_width_are_refused(kernels):
     module = location_attention()
     lengths = torch.tensor([3, 5])
     memory = module.prepare(lengths, 5)
+    focus = module.focus_step if kernels is None else functools.partial(kernels.location_focus, module)
     with pytest.raises((ValueError, RuntimeError), match=r"heads.*\((B|2), 2\)"):
-        module(torch.zeros(2, 5), torch.zeros(2), memory, padding_mask(lengths, 5), 1)
+        focus(torch.zeros(2, 5), torch.zeros(2), memory, padding_mask(lengths, 5), 1)
 
 
 def test_only_an_entrys_own_class_gets_its_compiled_form():
@@ -830,12 +847,14 @@ def test_only_an_entrys_own_class_gets_its_compiled_form():
 
     assert compiled_form(SigmoidStep(SigmoidStepSettings())) == ("sigmoid", 5.0, None)
     assert compiled_form(HalfSigmoid(SigmoidStepSettings())) is None
+    from fairseq_monoattn.fast_path import FastPath
+
     module = location_attention()
     module.step = HalfSigmoid(SigmoidStepSettings())
-    assert module.compiled_form() is None
-    assert location_attention().compiled_form() == (("sigmoid", 5.0, None), "previous")
-    assert location_attention(dwell_count=True).compiled_form() is None
-    assert location_attention(location_normalization="sum").compiled_form() is None
+    assert FastPath.location_form(module) is None
+    assert FastPath.location_form(location_attention()) == (("sigmoid", 5.0, None), "previous")
+    assert FastPath.location_form(location_attention(dwell_count=True)) is None
+    assert FastPath.location_form(location_attention(location_normalization="sum")) is None
 
 
 @pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")

@@ -31,6 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
 from torch import nn
 
+from .. import fast_path
 from ..dictionaries import carry_dictionaries
 from ..errors import install_excepthook
 from ..modules import compiled
@@ -38,11 +39,10 @@ from ..modules.choices import check_choice
 from ..modules.cross_attention import CrossAttention
 from ..modules.direction_gate import DirectionGate
 from ..modules.dropout import Dropout
-from ..modules.gru import bidirectional_gru, gru_update
+from ..modules.gru import bidirectional_gru
 from ..modules.location import LocationAttention
 from ..modules.positions import kept_tokens_first, to_source_layout
-from ..modules.step_linear import StepLinear, with_feature_major, with_step_operands
-from ..modules.token_tables import TokenRows, embedding_rows, table_applies, token_map, token_table
+from ..modules.token_tables import TokenRows, embedding_rows, table_applies
 from ..registry import NORMALIZATIONS, REFERENCES, SCORERS, STEP_ACTIVATIONS, on_registration
 from ..training_notes import note_sorted_batches
 from .options import (
@@ -161,7 +161,26 @@ class GRUSeq2SeqModel(FairseqEncoderDecoderModel):
         )
         model = carry_dictionaries(cls(encoder, decoder), task)  # a checkpoint on other data is refused
         note_sorted_batches(model, cfg, task)
+        model.choose_code()
         return model
+
+    def choose_code(self) -> None:
+        """Which code the model runs, the reference or the fast path (``fast_path.choose``, the one
+        place that decides), installed on the encoder and the decoder; again whenever the model is
+        moved or cast (``_apply``), with a log line when that changes it."""
+        chosen_before = "fast_path" in self.__dict__
+        before = self.__dict__.get("fast_path")
+        self.fast_path = fast_path.choose(self)
+        fast_path.install(self, self.fast_path)
+        if chosen_before and (before is None) != (self.fast_path is None):
+            logger.info("the model was moved or cast: it now runs %s", fast_path.describe(self.fast_path))
+
+    def _apply(self, fn, *args, **kwargs):
+        """``nn.Module._apply`` (under ``.to()``, ``.cuda()``, ``.half()`` ...), then the code chosen
+        again for the parameters' new device and precision."""
+        result = super()._apply(fn, *args, **kwargs)
+        self.choose_code()
+        return result
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Checkpoints from before the step activations were modules of their own kept Mono's
@@ -244,6 +263,8 @@ class GRUEncoder(FairseqEncoder):
     """Embeds [START, x_1 .. x_n, (</s>,) END] (START / END are learned vectors, not vocabulary
     items) and runs bidirectional GRUs; no positional encoding."""
 
+    fast_path = None  # the code it runs: None, the reference, or fast_path.FastPath (set by fast_path.install)
+
     def __init__(
         self,
         dictionary,
@@ -302,7 +323,8 @@ class GRUEncoder(FairseqEncoder):
             x[rows, token_lengths + 1] = self.end
         # = self.rnn over the packed sequences, zero past each row's length
         noise = self.state_noise if self.training else 0.0
-        encodings, final = bidirectional_gru(self.rnn, x, lengths, state_noise=noise)
+        fast = self.fast_path if self.fast_path is not None and self.fast_path.serves() else None
+        encodings, final = bidirectional_gru(self.rnn, x, lengths, state_noise=noise, fast_path=fast)
         # e_cls of layer l = [last forward state ; last backward state] -> (layers, B, 2H)
         final = final.view(self.num_layers, 2, batch, -1)
         summary = torch.cat([final[:, 0], final[:, 1]], dim=-1)
@@ -334,6 +356,8 @@ def encoder_rows(encoder_out, key):
 
 
 class GRUDecoder(FairseqIncrementalDecoder):
+    fast_path = None  # the code it runs: None, the reference, or fast_path.FastPath (set by fast_path.install)
+
     def __init__(
         self,
         dictionary,
@@ -393,23 +417,28 @@ class GRUDecoder(FairseqIncrementalDecoder):
             hidden = self.init_proj(hidden)
         return hidden.contiguous()
 
-    def folds_value_output(self, encoder_out, incremental_state=None) -> bool:
-        """Whether the values' output map v = A u + b is left to the context's input gates, W_c (A r_t +
-        b s_t) with W_c A multiplied out (``step_maps``), instead of applied at every source position:
-        the one product of the weights (3H x D x D) against the product over every source position
-        of the batch (B S x D x D), whichever is smaller (the same function either way).  Decoding
-        always folds (once per decoding, and a decision that cannot change between its steps)."""
+    def begin_pass(self, encoder_out, incremental_state=None, fold_value_output: bool = False):
+        """The memory the steps read and the state they start from: kept in the incremental state
+        after a decoding's first call, else made (``_start_state``)."""
         if incremental_state is not None:
-            return True
-        positions = encoder_out["order"].numel() * encoder_out["encodings"].size(1)  # B S, after reordering
-        return positions > self.cells[0].weight_ih.size(0)
+            memory = self.get_incremental_state(incremental_state, "memory")
+            if memory is not None:
+                return memory, self.get_incremental_state(incremental_state, "state")
+        return self._start_state(encoder_out, fold_value_output)
 
-    def _start_state(self, encoder_out, fold_value_output: Optional[bool] = None):
+    def end_pass(self, incremental_state, memory, hidden, location) -> None:
+        """Keep the memory and the state after the last step for a decoding's next call."""
+        if incremental_state is None:
+            return
+        new_state = {"hidden": torch.stack(hidden)}
+        if location is not None:
+            new_state["location"] = location
+        self.set_incremental_state(incremental_state, "memory", memory)
+        self.set_incremental_state(incremental_state, "state", new_state)
+
+    def _start_state(self, encoder_out, fold_value_output: bool = False):
         """The memory the steps read (``CrossAttention.prepare``) and the first state; the values
-        before their output map with ``fold_value_output`` (None: ``folds_value_output``'s choice
-        for a full pass)."""
-        if fold_value_output is None:
-            fold_value_output = self.folds_value_output(encoder_out)
+        before their output map with ``fold_value_output`` (the fast path's choice)."""
         summary = encoder_rows(encoder_out, "summary")
         memory = self.attention.prepare(
             encoder_rows(encoder_out, "encodings"),
@@ -432,17 +461,9 @@ class GRUDecoder(FairseqIncrementalDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, **kwargs):
         first_step = 1
-        memory = state = None
         if incremental_state is not None:
             first_step = prev_output_tokens.size(1)
             prev_output_tokens = prev_output_tokens[:, -1:]
-            memory = self.get_incremental_state(incremental_state, "memory")
-            state = self.get_incremental_state(incremental_state, "state")
-        fold_value_output = self.folds_value_output(encoder_out, incremental_state)
-        if memory is None:
-            memory, state = self._start_state(encoder_out, fold_value_output)
-        hidden = list(state["hidden"].unbind(0))
-        location = state.get("location")  # pa_{t-1} (and the dwell count), or None
         if self.start_index is not None and first_step == 1:  # y_0 = <s> instead of fairseq's </s>
             prev_output_tokens = torch.cat(
                 [
@@ -451,129 +472,44 @@ class GRUDecoder(FairseqIncrementalDecoder):
                 ],
                 dim=1,
             )
-        # the first layer's input gates W_i [y_{t-1}; c_t] + b_i: the embedding's part for every step
-        # at once (it does not depend on the recurrence), the context's part step by step
-        input_gates = self.embedding_gates(prev_output_tokens, incremental_state)  # (B, T, 3H)
-        read_weight, read_bias, sizes, context_weight = self.step_maps(incremental_state, fold_value_output)
-        steps = None
-        if incremental_state is None and torch.is_grad_enabled() and read_weight.requires_grad:
-            steps = self.compiled_steps(input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory)
-            if self.training and not getattr(self, "_code_logged", False):  # once, for the run's record
-                self._code_logged = True
-                logger.info(compiled.TRAINING_CODE_LINE + compiled.training_code(steps is not None, input_gates))
-        if steps is None:
-            steps = self.steps(input_gates, hidden, location, read_weight, read_bias, sizes, context_weight, memory,
-                               first_step, incremental_state)  # fmt: skip
-        outputs, attention, hidden, location, memory = steps
-        if incremental_state is not None:
-            new_state = {"hidden": torch.stack(hidden)}
-            if location is not None:
-                new_state["location"] = location
-            self.set_incremental_state(incremental_state, "memory", memory)
-            self.set_incremental_state(incremental_state, "state", new_state)
+        fast = self.fast_path if self.fast_path is not None and self.fast_path.serves() else None
+        if fast is None:
+            outputs, attention, memory = self.reference_pass(prev_output_tokens, encoder_out, incremental_state,
+                                                             first_step)  # fmt: skip
+        else:
+            outputs, attention, memory = fast.decoder_pass(self, prev_output_tokens, encoder_out, incremental_state,
+                                                           first_step)  # fmt: skip
+        if self.training and torch.is_grad_enabled() and not getattr(self, "_code_logged", False):
+            self._code_logged = True  # once, for the run's record
+            code = fast_path.REFERENCE if fast is None else fast.training_code(self)
+            logger.info(compiled.TRAINING_CODE_LINE + code)
         features = self.dropout_out(outputs)
         attn = None
         if self.need_attn and not self.training:
             attn = source_layout_attention(attention, encoder_out)
         return features, {"attn": [attn], "attention": attention, "direction": memory.get("direction")}
 
-    def embedding_gates(self, tokens, incremental_state=None):
-        """The embedding's part of the first layer's input gates, W_e e(y) + b_i, for every token
-        (token_tables.py).  Decoding keeps the table of every vocabulary row in its state once a
-        step has made it: the weights do not change between the steps of one decoding."""
-        cell = self.cells[0]
-        weight, bias = cell.weight_ih[:, : self.embed_tokens.embedding_dim], cell.bias_ih
-        if incremental_state is None:
-            return token_map(self.embed_tokens, tokens, weight, bias)
-        table = self.get_incremental_state(incremental_state, "token_table")
-        if table is None and table_applies(self.embed_tokens, tokens.numel()):
-            table = token_table(self.embed_tokens, weight, bias)
-            self.set_incremental_state(incremental_state, "token_table", table)
-        return F.linear(self.embed_tokens(tokens), weight, bias) if table is None else F.embedding(tokens, table)
+    def reference_pass(self, tokens, encoder_out, incremental_state, first_step):
+        """The decoder's steps as the paper writes them, y_{t-1} (B, T) -> (outputs h_1..h_T of the
+        last layer (B, T, H), attention (B, T, S), the memory):
 
-    def steps(self, input_gates, hidden, location, read_weight, read_bias, sizes, context_weight, memory, first_step,
-              incremental_state):  # fmt: skip
-        """The decoder's steps, one after the other: from the embedding's share of the first layer's
-        input gates (B, T, 3H), the hidden states [h_0 of each layer], the location state, the weights
-        of ``step_maps`` and the attention's memory, (outputs h_1..h_T of the last layer (B, T, H),
-        attention (B, T, S), the hidden states and the location state after the last step, the memory
-        to keep for the next call)."""
-        cell = self.cells[0]
-        merged = self.num_layers == 1
-        step_memory = memory
-        if torch.is_grad_enabled() and read_weight.requires_grad:  # weight gradients once, after every step
-            read_map, context_map = StepLinear(read_weight, read_bias), StepLinear(context_weight)
-            # the values each step reads and the keys it scores: their gradients once, too
-            step_memory = with_step_operands(memory, ("values", "keys"))
-        else:
-            # decoding: the keys also feature-major, for streamed scores (made once, kept in the state)
-            memory = step_memory = with_feature_major(memory, ("keys",))
-            read_map = lambda h: F.linear(h, read_weight, read_bias)  # noqa: E731
-            context_map = lambda c, gates: torch.addmm(gates, c, context_weight.t())  # noqa: E731
+            c_t, a_t = attention(h_{t-1})       q_t, the scores, the location focus, their mix
+                                                 and the context (CrossAttention)
+            h_t      = GRU([e(y_{t-1}); c_t], h_{t-1})
+        """
+        memory, state = self.begin_pass(encoder_out, incremental_state)
+        hidden = list(state["hidden"].unbind(0))  # h_{t-1} of each layer
+        location = state.get("location")  # pa_{t-1} (and the dwell count), or None
         outputs, weights = [], []
-        for j, gates in enumerate(input_gates.unbind(1)):
-            read = read_map(hidden[-1])
-            if merged:  # one split of the one product: the attention's parts and the hidden gates
-                *parts, hidden_gates = read.split(sizes + [cell.weight_hh.size(0)], dim=-1)
-            else:
-                parts, hidden_gates = read.split(sizes, dim=-1), F.linear(hidden[0], cell.weight_hh, cell.bias_hh)
-            context, step_weights, location = self.attention.attend_parts(*parts, step_memory, location, first_step + j)
-            hidden[0] = gru_update(context_map(context, gates), hidden_gates, hidden[0])
+        for j, embedded in enumerate(self.embed_tokens(tokens).unbind(1)):
+            context, step_weights, location = self.attention(hidden[-1], memory, location, first_step + j)
+            hidden[0] = self.cells[0](torch.cat([embedded, context], dim=-1), hidden[0])
             for layer in range(1, self.num_layers):
                 hidden[layer] = self.cells[layer](hidden[layer - 1], hidden[layer])
             outputs.append(hidden[-1])
             weights.append(step_weights)
-        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1), hidden, location, memory
-
-    def compiled_steps(self, input_gates, hidden, read_weight, read_bias, sizes, context_weight, memory):
-        """``steps`` of a training pass (from the first step, pa_0 = 0; one layer) as one C++ autograd
-        node for the whole time loop (csrc/decoder_loop.cpp; the same function as ``steps`` with the
-        C++ step nodes to float rounding: h_t, the attention and the gradients), or None
-        where it does not apply: no C++ kernels, another device or precision, more layers, or an
-        attention entry without a C++ form (``CrossAttention.loop_form``)."""
-        form = self.attention.loop_form() if self.num_layers == 1 else None
-        if form is None:
-            return None
-        location_memory = [memory[name] for name in ("positions", "step_size", "lengths") if name in memory]
-        operands = [memory["values"]] + ([memory["keys"]] if "keys" in memory else []) + location_memory
-        gate = [form["mono_gate"]] if form["mono_gate"] is not None else []
-        if not compiled.applies(input_gates, hidden[0], read_weight, read_bias, context_weight, *operands, *gate):
-            return None
-        outputs, attention, position = compiled.kernels.decoder_loop(
-            input_gates, hidden[0], read_weight, read_bias, context_weight, memory["values"], memory.get("keys"),
-            form["mono_gate"], memory.get("positions"), memory.get("step_size"),
-            memory.get("lengths"), memory["padding_mask"], sizes, form["step_activation"], form["step_temperature"],
-            form["reference"], form["sigma_min"], form["clamp_slope"], form["mix_temperature"],
-            form["location_reference"],
-        )  # fmt: skip
-        return outputs, attention, [outputs[:, -1]], (None if position is None else {"position": position}), memory
-
-    def step_maps(self, incremental_state, fold_value_output: bool):
-        """The weights of a step's two products: (weight, bias, sizes) of what it reads off h_{t-1}
-        in one product, the attention's readout (its rows of ``sizes``) and, with one layer, the
-        GRU's hidden gates W_h h_{t-1} + b_h below it; and the context's share of the first layer's
-        input gates, W_c, or with ``fold_value_output`` W_c (A r_t + b s_t) = [W_c A | W_c b] [r_t;
-        s_t], which applies the values' output map v = A u + b to the read r_t = sum_i a_ti u_i
-        (s_t = sum_i a_ti, the values' last entry; ``CrossAttention.prepare``).  Decoding keeps
-        them in the incremental state (made at its first step, with the memory they read): the
-        weights do not change between the steps of one decoding, and making them (concatenating
-        the matrices, multiplying out the location heads and the output map) is a fixed cost."""
-        if incremental_state is not None:
-            kept = self.get_incremental_state(incremental_state, "step_maps")
-            if kept is not None:
-                return kept["read_weight"], kept["read_bias"], kept["sizes"], kept["context_weight"]
-        read_weight, read_bias, sizes = self.attention.step_readout()
-        cell = self.cells[0]
-        if self.num_layers == 1:
-            read_weight = torch.cat([read_weight, cell.weight_hh])
-            read_bias = torch.cat([read_bias, cell.bias_hh])
-        context_weight = cell.weight_ih[:, self.embed_tokens.embedding_dim :]
-        if fold_value_output:
-            context_weight = context_weight @ self.attention.value_output_map()
-        if incremental_state is not None:
-            kept = dict(read_weight=read_weight, read_bias=read_bias, sizes=sizes, context_weight=context_weight)
-            self.set_incremental_state(incremental_state, "step_maps", kept)
-        return read_weight, read_bias, sizes, context_weight
+        self.end_pass(incremental_state, memory, hidden, location)
+        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1), memory
 
     def output_layer(self, features):
         if not self.share_input_output_embed:

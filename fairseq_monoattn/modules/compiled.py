@@ -1,9 +1,10 @@
-"""The plugin's C++ kernels (``fairseq_monoattn/csrc``) and when they run.
+"""The plugin's C++ kernels (``fairseq_monoattn/csrc``), loaded where they are built.
 
 ``setup.py`` builds them as ``fairseq_monoattn._kernels`` where torch can be imported at build time
 and a C++ compiler works (``pip install --no-build-isolation --use-pep517 -e .``, ``make install``);
-elsewhere the package installs without them. Each computes the same function as the Python code it
-stands in for, with fewer operator calls and no Python in its backward pass:
+elsewhere the package installs without them. Each computes the same function as the reference
+code it stands in for, with fewer operator calls and no Python in its backward pass; the fast
+path (``fairseq_monoattn/fast_path.py``) is the one place that calls them and says when:
 
     packed_gru_forward / packed_gru_backward   the encoder's bidirectional GRU loop (gru.py)
     packing_plan                               where each row and position of a batch goes when
@@ -20,10 +21,10 @@ stands in for, with fewer operator calls and no Python in its backward pass:
                                                one node (models/gru_seq2seq.py; the built-in
                                                content scorer and location entries, one layer)
 
-They run on CPU tensors of float32 or float64 outside autocast; other devices and precisions run
-the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Outputs and gradients
-are the Python code's to float rounding (another order of the same operations, and the C library's
-exp in the location focus and the mix; tests/test_modules.py, tests/test_decoder_loop.py).
+They take CPU tensors of float32 or float64 (``KINDS``) outside autocast; ``FAIRSEQ_MONOATTN_COMPILED=0``
+switches them off for models built afterwards. Outputs and gradients are the reference's to float
+rounding (another order of the same operations, and the C library's exp in the location focus and
+the mix; tests/test_modules.py, tests/test_decoder_loop.py).
 """
 
 import os
@@ -36,22 +37,12 @@ except ImportError:  # installed without a compiler, or with build isolation (no
     kernels = None
 
 ENABLED = os.environ.get("FAIRSEQ_MONOATTN_COMPILED", "1") != "0"
-_KINDS = {("cpu", torch.float32), ("cpu", torch.float64)}
+KINDS = {("cpu", torch.float32), ("cpu", torch.float64)}
 
 
 def available() -> bool:
-    """Whether the C++ kernels are built and not switched off (for kernels on integer tensors, which
-    ``applies`` does not cover: the encoder's packing plan)."""
+    """Whether the C++ kernels are built and not switched off."""
     return kernels is not None and ENABLED
-
-
-def applies(*tensors: torch.Tensor) -> bool:
-    """Whether the C++ kernels run on ``tensors``: built, not switched off, every tensor float32
-    or float64 (one of them) on the CPU, outside autocast."""
-    if not available() or _autocast_on_cpu():
-        return False
-    kinds = {(t.device.type, t.dtype) for t in tensors}
-    return len(kinds) == 1 and kinds <= _KINDS
 
 
 def in_use() -> str:
@@ -63,16 +54,6 @@ def in_use() -> str:
 TRAINING_CODE_LINE = "decoder training code: "
 
 
-def training_code(looped: bool, *tensors: torch.Tensor) -> str:
-    """Which code a training pass of the GRU decoder runs: "C++ decoder loop" (``looped``: the whole
-    time loop as one node), "C++ step nodes" (step by step, each part with a C++ form as its node,
-    a user's entry in Python) or "Python" (``applies`` is false for ``tensors``).  The three compute
-    the same function with gradients rounded differently."""
-    if looped:
-        return "C++ decoder loop"
-    return "C++ step nodes" if applies(*tensors) else "Python"
-
-
 def describe() -> str:
     """``in_use`` with the reason when it is Python."""
     if kernels is None:
@@ -80,7 +61,8 @@ def describe() -> str:
     return "the C++ kernels" if ENABLED else "the C++ kernels switched off (FAIRSEQ_MONOATTN_COMPILED=0): Python code"
 
 
-def _autocast_on_cpu() -> bool:
+def autocast_on_cpu() -> bool:
+    """Whether autocast is on for the CPU (whose precisions the kernels do not take)."""
     try:
         return torch.is_autocast_enabled("cpu")
     except TypeError:  # torch < 2.4

@@ -33,14 +33,14 @@ release.  The content scorer's own weights (the relative scorer's W_r) follow ``
 """
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from functools import partial
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import Scorer, compiled_form
-from . import compiled
+from ..registry import Scorer
 from .choices import check_choice
 from .direction_gate import DirectionGate
 from .location import LocationAttention
@@ -270,24 +270,6 @@ class CrossAttention(nn.Module):
                 bias = layer.bias if bias is None else bias + layer.bias
         return weight if bias is None else torch.cat([weight, bias.unsqueeze(1)], dim=1)
 
-    def loop_form(self) -> Optional[Dict[str, Any]]:
-        """The options of the C++ decoder loop (csrc/decoder_loop.cpp) that compute this attention,
-        or None where an entry has no C++ form: a scorer other than the built-in content scorer, or
-        a location focus the C++ location node does not know (``LocationAttention.compiled_form``)."""
-        if self.scorer is not None and compiled_form(self.scorer) != "content":
-            return None
-        form = dict(mono_gate=None, step_activation=None, step_temperature=0.0, reference=None, sigma_min=0.0,
-                    clamp_slope=None, mix_temperature=self.mix_temperature,
-                    location_reference=self.position_reference == "location")  # fmt: skip
-        if self.location is not None:
-            location = self.location.compiled_form()
-            if location is None:
-                return None
-            (step, temperature, gate), reference = location
-            form.update(mono_gate=gate, step_activation=step, step_temperature=temperature, reference=reference,
-                        sigma_min=self.location.sigma_min, clamp_slope=self.location.clamp_slope)  # fmt: skip
-        return form
-
     def step_readout(self) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
         """(weight, bias, sizes) of the one linear map a step reads off h_{t-1}: rows [query |
         location heads | mixing logit].  With a location projection the heads' two maps are
@@ -307,9 +289,12 @@ class CrossAttention(nn.Module):
         self, hidden: torch.Tensor, memory: Memory, state: Optional[LocationState], step: int
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[LocationState]]:
         """hidden (B, Dq) = h_{t-1}, the previous step's location state (None without location
-        attention); returns context (B, Da), weights (B, S) and the location state after the step."""
-        weight, bias, sizes = self.step_readout()
-        return self.attend(F.linear(hidden, weight, bias), sizes, memory, state, step)
+        attention); returns context (B, Da), weights (B, S) and the location state after the step.
+        The query q_t, the location features l_t (the heads read off them, with a projection) and
+        the mixing logit f_mix(h_{t-1}) come from one linear map of h_{t-1}, split."""
+        query, features, mix_logit = self.readout(hidden).split(self.readout_sizes, dim=-1)
+        head_logits = features if self.location_heads is None else self.location_heads(features)
+        return self.attend_parts(query, head_logits, mix_logit, memory, state, step)
 
     def attend(
         self,
@@ -331,15 +316,21 @@ class CrossAttention(nn.Module):
         memory: Memory,
         state: Optional[LocationState],
         step: int,
+        fast_path=None,
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[LocationState]]:
         """``attend`` from the readout's parts of ``sizes`` (for a caller that splits its product of
-        h_{t-1} once, into these and its own parts)."""
+        h_{t-1} once, into these and its own parts): the scores c_t, the location focus lambda_t,
+        their mix a_t, the context and the next location state.  ``fast_path`` (fast_path.py, the
+        caller's choice) computes the focus and the mix as C++ nodes where it can."""
         mask = memory["padding_mask"]
         scores = location = steps = location_position = None
         if self.scorer is not None:
             scores = self.scorer(query, memory, step)
         if self.location is not None:
-            location, _, steps, location_position = self.location.focus_step(
+            focus_step = self.location.focus_step
+            if fast_path is not None:
+                focus_step = partial(fast_path.location_focus, self.location)
+            location, _, steps, location_position = focus_step(
                 head_logits, state["position"], memory, mask, step, state.get("dwell")
             )
             location_focus = location  # in the positions' precision, for the next reference position
@@ -349,8 +340,8 @@ class CrossAttention(nn.Module):
             weights = location
         elif location is None:
             weights = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        elif compiled.applies(scores, location, mix_logit, memory["positions"]):  # the same as below, one node
-            weights, weights_position = compiled.kernels.mixed_focus(
+        elif fast_path is not None:  # the same as below, one node
+            weights, weights_position = fast_path.mixed_focus(
                 scores, mask, location, mix_logit, self.mix_temperature, memory["positions"]
             )
         else:
@@ -377,13 +368,15 @@ class CrossAttention(nn.Module):
         state: Optional[LocationState],
         first_step: int,
         location_focus: Optional[torch.Tensor] = None,
+        fast_path=None,
     ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[LocationState]]:
         """Many steps at once, from their readouts (B, T, R), for a decoder that has every step's
         query before attending (a Transformer): content scores and the context for all steps in
         one product each; only the location focus runs step by step, since its reference is the
         position the previous step attended.  ``location_focus`` (B, T, S): another layer's focus
         to use instead of scanning one.  Returns the context (B, T, D), the weights (B, T, S), the
-        location focus (B, T, S) or None, and the location state after the last step or None."""
+        location focus (B, T, S) or None, and the location state after the last step or None.
+        ``fast_path`` (fast_path.py, the caller's choice) scans the focus with its C++ node."""
         mask = memory["padding_mask"]
         query, head_logits, mix_logit = readout.split(sizes, dim=-1)
         content = None
@@ -394,11 +387,12 @@ class CrossAttention(nn.Module):
             return torch.bmm(content, memory["values"]), content, None, None
         mix = torch.sigmoid(self.mix_temperature * mix_logit) if content is not None else None
         values_type = memory["values"].dtype
+        focus_step = self.location.focus_step if fast_path is None else partial(fast_path.location_focus, self.location)
         weights, focuses = [], []
         for t in range(readout.size(1)):
             steps = position = None
             if location_focus is None:
-                focus, _, steps, position = self.location.focus_step(
+                focus, _, steps, position = focus_step(
                     head_logits[:, t], state["position"], memory, mask, first_step + t, state.get("dwell")
                 )
             else:

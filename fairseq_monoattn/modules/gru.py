@@ -4,15 +4,13 @@ The decoder computes the gates' pre-activations itself (the embedding's share fo
 once, the hidden state's together with the attention's readout), so it needs the cell's update
 alone.  As one autograd node with a hand-written backward, a step records one node instead of
 about ten, which is most of what a decoder step costs on a CPU.  The encoder's bidirectional GRU
-(``bidirectional_gru``) steps through its sources the same way.  Where the C++ kernels are built
-(``compiled.py``), the update is a C++ node and the encoder's whole loop runs in one C++ call
-forward and one back.
+(``bidirectional_gru``) steps through its sources the same way.  On the fast path
+(``fast_path.py``) the encoder's plan and whole loop are C++ calls instead.
 """
 
 import torch
 import torch.nn.functional as F
 
-from . import compiled
 from .positions import padding_mask, reversal_index
 from .token_tables import TokenRows
 
@@ -46,30 +44,7 @@ class _GRUUpdate(torch.autograd.Function):
 
 def gru_update(input_gates: torch.Tensor, hidden_gates: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """One GRU step from its gates' pre-activations W_i x + b_i (B, 3H) and W_h h + b_h (B, 3H)."""
-    if compiled.applies(input_gates, hidden_gates, hidden):
-        return compiled.kernels.gru_step(input_gates, hidden_gates, hidden)
     return _GRUUpdate.apply(input_gates, hidden_gates, hidden)
-
-
-class _PackedGRULoop(torch.autograd.Function):
-    """The whole time loop of ``bidirectional_gru`` (every step, both directions) as one node,
-    forward and backward in C++: the same function as stepping ``gru_update``."""
-
-    @staticmethod
-    def forward(ctx, input_gates, weight, bias, sizes, noise=None):
-        states, saved = compiled.kernels.packed_gru_forward(input_gates, weight, bias, sizes, noise)
-        ctx.sizes = sizes
-        ctx.save_for_backward(states, saved, weight)
-        return states
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        states, saved, weight = ctx.saved_tensors
-        grad_input_gates, grad_weight, grad_bias = compiled.kernels.packed_gru_backward(
-            grad, states, saved, weight, ctx.sizes
-        )
-        return grad_input_gates, grad_weight, grad_bias, None, None
 
 
 def _both_directions(rnn: torch.nn.GRU, name: str, layer: int):
@@ -84,9 +59,9 @@ class _Packing:
     step-major, as in ``PackedSequence.data``; the forward direction reads position t of the row
     at step t, the backward direction position length - 1 - t."""
 
-    def __init__(self, lengths: torch.Tensor, width: int):
-        if compiled.available() and lengths.device.type == "cpu":  # the same plan in one call
-            self.sizes, indices = compiled.kernels.packing_plan(lengths, width)
+    def __init__(self, lengths: torch.Tensor, width: int, fast_path=None):
+        if fast_path is not None:  # the same plan in one call
+            self.sizes, indices = fast_path.packing_plan(lengths, width)
             self.total = sum(self.sizes)
             (self.forward_inputs, self.backward_inputs, self.forward_outputs, self.backward_outputs,
              self.finals) = indices  # fmt: skip
@@ -122,7 +97,7 @@ class _Packing:
 
 
 def bidirectional_gru(
-    rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, compiled_loop=None, state_noise: float = 0.0
+    rnn: torch.nn.GRU, x: torch.Tensor, lengths: torch.Tensor, state_noise: float = 0.0, fast_path=None
 ):
     """What ``rnn(pack_padded_sequence(x, lengths))`` computes, for a batch-first bidirectional
     ``nn.GRU`` and right-padded x (B, T, D): outputs (B, T, 2H), zero past each row's length, and
@@ -136,8 +111,8 @@ def bidirectional_gru(
     records about ten autograd nodes per step and direction.  The lengths are read on the host
     (one synchronisation per call on an accelerator, as ``pack_padded_sequence`` needs).
 
-    Where the C++ kernels apply (``compiled.applies``; ``compiled_loop`` True or False decides
-    instead), the loop is one C++ call forward and one backward instead of a node per step.
+    With ``fast_path`` (``fast_path.FastPath``, the caller's choice) the plan and the loop are C++
+    calls, one forward and one backward instead of a node per step.
 
     x may also be ``TokenRows(ids, table)``, rows table[ids] not made: the first layer's input gates
     are then W_ih table + b_ih, once per table row, read by each packed row (token_tables.py).
@@ -147,7 +122,7 @@ def bidirectional_gru(
     generator, (2, packed rows, H), the same in both loops)."""
     batch, width = x.ids.shape if isinstance(x, TokenRows) else x.shape[:2]
     device = x.ids.device if isinstance(x, TokenRows) else x.device
-    packing = _Packing(lengths.to(device), width)
+    packing = _Packing(lengths.to(device), width, fast_path)
     finals = []
     for layer in range(rnn.num_layers):
         directions = zip(
@@ -172,12 +147,11 @@ def bidirectional_gru(
         if state_noise > 0:
             noise = torch.randn(2, packing.total, rnn.hidden_size, dtype=input_gates.dtype, device=input_gates.device)
             noise.mul_(state_noise)
-        if compiled.applies(input_gates, hidden_weight, hidden_bias) if compiled_loop is None else compiled_loop:
-            states = _PackedGRULoop.apply(input_gates, hidden_weight, hidden_bias, packing.sizes, noise)
-            states = torch.cat([states, padding_state], dim=1)  # (2, total + 1, H)
+        if fast_path is not None:
+            states = [fast_path.encoder_loop(input_gates, hidden_weight, hidden_bias, packing.sizes, noise)]
         else:
-            states = _python_loop(input_gates, hidden_weight, hidden_bias, packing.sizes, noise) + [padding_state]
-            states = torch.cat(states, dim=1)  # (2, total + 1, H)
+            states = _python_loop(input_gates, hidden_weight, hidden_bias, packing.sizes, noise)
+        states = torch.cat(states + [padding_state], dim=1)  # (2, total + 1, H)
         finals.append(states.index_select(1, packing.finals))
         x = torch.cat(
             [

@@ -30,8 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import FocusNormalization, ReferencePosition, StepActivation, compiled_form
-from . import compiled
+from ..registry import FocusNormalization, ReferencePosition, StepActivation
 from .positions import normalized_positions
 
 Memory = Dict[str, torch.Tensor]
@@ -118,20 +117,9 @@ class LocationAttention(nn.Module):
         step: int,
         dwell: Optional[torch.Tensor] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-        """``forward``'s outputs and the position the weights attend, sum_i lambda_i norm(i), where
-        the C++ location node computed them all at once (one autograd node for the whole focus,
-        where the Python code records about a dozen), or None (the caller computes it)."""
+        """``forward``'s outputs and the position the weights attend, sum_i lambda_i norm(i), or None
+        (the caller computes it; the fast path's location node returns it, fast_path.py)."""
         positions = memory["positions"]
-        form = self.compiled_form() if dwell is None else None
-        if form is not None:
-            (step_name, temperature, gate), reference = form
-            gates = () if gate is None else (gate,)  # Mono's gate logit
-            if compiled.applies(head_logits, previous_position, positions, *gates):
-                weights, mu, steps, position = compiled.kernels.location_focus(
-                    head_logits, previous_position, gate, positions, memory["step_size"], memory["lengths"],
-                    padding_mask, step_name, temperature, reference, step, self.sigma_min, self.clamp_slope,
-                )  # fmt: skip
-                return weights, mu, steps, position
         heads = self.split_heads(head_logits.to(positions.dtype))
         rho = heads["step"]
         if self.dwell_weight is not None:
@@ -142,14 +130,6 @@ class LocationAttention(nn.Module):
             mu = leaky_clamp(mu, self.clamp_slope)
         sigma = (F.relu(heads["width"]) + self.sigma_min) / memory["lengths"]
         return self.normalization.focus(positions, mu, sigma, padding_mask), mu, steps, None
-
-    def compiled_form(self):
-        """((step activation, temperature, gate logit), reference) for the C++ location node, or
-        None when an entry has no C++ form (a user's entry) or the focus counts its dwell."""
-        if self.dwell_weight is not None or compiled_form(self.normalization) != "softmax":
-            return None
-        step, reference = compiled_form(self.step), compiled_form(self.reference)
-        return None if step is None or reference is None else (step, reference)
 
     @staticmethod
     def next_dwell(dwell: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:

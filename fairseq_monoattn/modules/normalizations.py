@@ -15,7 +15,6 @@ log-Gaussian over the source positions.  Registered in ``NORMALIZATIONS``.
 import torch
 
 from ..registry import FocusNormalization, register_normalization
-from . import compiled
 
 SUM_EPSILON = 1e-20
 
@@ -47,8 +46,6 @@ class SoftmaxFocus(FocusNormalization):
         return log_gaussian.masked_fill(padding_mask, float("-inf")).softmax(dim=-1)
 
     def focus(self, positions, mu, sigma, padding_mask):
-        if compiled.applies(positions, mu, sigma):  # the same node in C++ (csrc/step_nodes.cpp)
-            return compiled.kernels.softmax_gaussian(positions, mu, sigma, padding_mask)
         return _SoftmaxGaussian.apply(positions, mu, sigma, padding_mask)
 
     def compiled_form(self):

@@ -15,7 +15,9 @@ s_t = M q_t): dL/dM = sum_t a_t^T (dL/dc_t) + sum_t (dL/ds_t)^T q_t.
 Without gradients (decoding), the same per-step products on long memories go through
 ``weighted_rows``, a streaming weighted sum of rows (see there).
 
-Usage (training only; the steps must all be differentiated in the same backward pass):
+Each is an autograd node of its own, in Python or, with ``kernels`` (the C++ kernels, which the fast
+path passes: fast_path.py), in C++.  Usage (training only; the steps must all be differentiated in
+the same backward pass):
 
     linear = StepLinear(weight, bias)
     for t ...:
@@ -26,8 +28,6 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-
-from . import compiled
 
 
 class _PendingFactors:
@@ -46,10 +46,10 @@ class _PendingFactors:
         return pairs
 
 
-def _pending_for(*tensors: torch.Tensor):
-    """Where the steps over ``tensors`` file their factors: the C++ kernels' PendingFactors where
-    the C++ step nodes run (``compiled.applies``), else the Python one."""
-    return compiled.kernels.PendingFactors() if compiled.applies(*tensors) else _PendingFactors()
+def _pending_for(kernels):
+    """Where the steps file their factors: the C++ kernels' PendingFactors for their C++ step nodes
+    (``kernels`` given), else the Python one."""
+    return _PendingFactors() if kernels is None else kernels.PendingFactors()
 
 
 class _CollectWeightGradient(torch.autograd.Function):
@@ -102,16 +102,17 @@ class _StepProduct(torch.autograd.Function):
 
 
 class StepLinear:
-    """y_t = offset_t + x_t W^T + b for the steps of one forward pass (see the module's docstring)."""
+    """y_t = offset_t + x_t W^T + b for the steps of one forward pass (see the module's docstring);
+    C++ step nodes with ``kernels``."""
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
-        self.pending = _pending_for(weight, *([] if bias is None else [bias]))
-        self.compiled = not isinstance(self.pending, _PendingFactors)  # the steps are C++ nodes
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, kernels=None):
+        self.kernels = kernels
+        self.pending = _pending_for(kernels)
         self.weight, self.bias = _CollectWeightGradient.apply(weight, bias, self.pending)
 
     def __call__(self, x: torch.Tensor, offset: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if self.compiled:
-            return compiled.kernels.step_product(x, self.weight, self.bias, offset, self.pending)
+        if self.kernels is not None:
+            return self.kernels.step_product(x, self.weight, self.bias, offset, self.pending)
         return _StepProduct.apply(x, self.weight, self.bias, offset, self.pending)
 
 
@@ -182,23 +183,24 @@ class StepOperand:
     sum of its rows (``read``, the attention's context) or its rows' dot products with a query
     (``score``, content scores).  Autograd would form a step's dL/dM as an outer product, a batched
     product with an inner size of 1 (slow on the CPU), and add it to the other steps'; here the
-    steps' factors are kept and dL/dM = sum_t a_t^T b_t is one product after the last step."""
+    steps' factors are kept and dL/dM = sum_t a_t^T b_t is one product after the last step.
+    C++ step nodes with ``kernels``."""
 
-    def __init__(self, operand: torch.Tensor):
-        self.pending = _pending_for(operand)
-        self.compiled = not isinstance(self.pending, _PendingFactors)  # the steps are C++ nodes
+    def __init__(self, operand: torch.Tensor, kernels=None):
+        self.kernels = kernels
+        self.pending = _pending_for(kernels)
         self.operand = _CollectOperandGradient.apply(operand, self.pending)
 
     def read(self, weights: torch.Tensor) -> torch.Tensor:
         """sum_i w_i M_i: weights (B, n) -> (B, D)."""
-        if self.compiled and weights.dtype == self.operand.dtype:
-            return compiled.kernels.step_read(weights, self.operand, self.pending)
+        if self.kernels is not None:
+            return self.kernels.step_read(weights, self.operand, self.pending)
         return _StepRead.apply(weights, self.operand, self.pending)
 
     def score(self, query: torch.Tensor) -> torch.Tensor:
         """<M_i, q>: query (B, D) -> (B, n)."""
-        if self.compiled and query.dtype == self.operand.dtype:
-            return compiled.kernels.step_score(query, self.operand, self.pending)
+        if self.kernels is not None:
+            return self.kernels.step_score(query, self.operand, self.pending)
         return _StepScore.apply(query, self.operand, self.pending)
 
 
@@ -237,10 +239,13 @@ STEP_OPERANDS = "step_operands"  # the memory's key for its StepOperands
 BY_FEATURE = ".by_feature"  # memory[name + BY_FEATURE]: memory[name] transposed, (B, D, n) contiguous
 
 
-def with_step_operands(memory: dict, names) -> dict:
+def with_step_operands(memory: dict, names, kernels=None) -> dict:
     """A copy of an attention's memory for one training forward pass in which its entries ``names``
-    (those present and needing a gradient) are multiplied through StepOperands."""
-    operands = {name: StepOperand(memory[name]) for name in names if name in memory and memory[name].requires_grad}
+    (those present and needing a gradient) are multiplied through StepOperands (C++ nodes with
+    ``kernels``)."""
+    operands = {
+        name: StepOperand(memory[name], kernels) for name in names if name in memory and memory[name].requires_grad
+    }
     return {**memory, STEP_OPERANDS: operands} if operands else memory
 
 
