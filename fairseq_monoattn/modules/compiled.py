@@ -15,15 +15,19 @@ stands in for, with fewer operator calls and no Python in its backward pass:
     mixed_focus                                the mix of the content and the location focus,
                                                one node (cross_attention.py)
     step_product, step_read, step_score        the per-step products (step_linear.py), with
-    PendingFactors                             the factors their backward passes file
+    PendingFactors                             the factors their backward passes file (a custom
+                                               class torch knows, so a node's context keeps it)
     decoder_loop                               the GRU decoder's whole time loop in training,
                                                one node (models/gru_seq2seq.py; the built-in
                                                content scorer and location entries, one layer)
 
-They run on CPU tensors of float32 or float64 outside autocast; other devices and precisions run
-the Python code, and ``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Outputs and gradients
-are the Python code's to float rounding (another order of the same operations, and the C library's
-exp in the location focus and the mix; tests/test_modules.py, tests/test_decoder_loop.py).
+Each autograd node is a ``torch::autograd::Function``: the C++ uses torch's public extension API
+only (torch/extension.h, no internal autograd headers). They run on CPU tensors of float32 or
+float64 outside autocast; other devices and precisions run the Python code, and
+``FAIRSEQ_MONOATTN_COMPILED=0`` runs it everywhere. Outputs and gradients are the Python code's to
+float rounding (another order of the same operations, and the C library's exp in the location focus
+and the mix): tests/test_fast_path_twins.py names each kernel with the Python code it stands for
+and compares the two.
 """
 
 import os
