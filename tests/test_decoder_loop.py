@@ -20,6 +20,12 @@ pytestmark = pytest.mark.skipif(compiled.kernels is None, reason="the C++ kernel
 LOOPED = [name for name in PRESETS if PRESETS[name].get("attention_scoring") in ("content", "none")]
 
 
+def node_name(node):
+    """An autograd node's name, a C++ Function's (torch::autograd::CppNode<namespace::Name>) as Name."""
+    name = node.name()
+    return name.rsplit("::", 1)[-1].rstrip(">") if name.startswith("torch::autograd::CppNode<") else name
+
+
 def graph_names(tensor):
     """The names of every autograd node behind ``tensor``."""
     names, stack, seen = set(), [tensor.grad_fn], set()
@@ -28,7 +34,7 @@ def graph_names(tensor):
         if node is None or node in seen:
             continue
         seen.add(node)
-        names.add(node.name())
+        names.add(node_name(node))
         stack.extend(next_node for next_node, _ in node.next_functions)
     return names
 

@@ -24,7 +24,7 @@ from fairseq_monoattn.modules.positions import (
     rotate_pairs,
     sinusoid,
 )
-from fairseq_monoattn.testing import assert_same_up_to_rounding, assert_scorer_steps_match_all, build
+from fairseq_monoattn.testing import assert_scorer_steps_match_all, build
 
 
 def test_softstair_hand_values():
@@ -356,32 +356,6 @@ def test_the_stepped_bidirectional_gru_is_the_packed_nn_gru(layers, width, compi
         assert torch.allclose(g, w, atol=1e-12)
 
 
-@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ GRU loop is not built")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_compiled_gru_loop_is_the_python_loop_on_a_batch_of_mixed_lengths(dtype):
-    """The two loops on an encoder's batch (32 rows of 1-40 positions, two layers): the same
-    outputs to float rounding, the same gradients of the input and of every weight."""
-    from fairseq_monoattn.modules.gru import bidirectional_gru
-
-    torch.manual_seed(3)
-    rnn = torch.nn.GRU(16, 8, num_layers=2, batch_first=True, bidirectional=True).to(dtype)
-    lengths = torch.randint(1, 41, (32,))
-    lengths[5] = 40
-    x = torch.randn(32, 40, 16, dtype=dtype, requires_grad=True)
-    params = [x] + list(rnn.parameters())
-    runs = []
-    for compiled in (False, True):
-        out, final = bidirectional_gru(rnn, x, lengths, fast_path=fast(compiled))
-        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=dtype)
-        loss = (out * weights).sum() + final.pow(2).sum()
-        runs.append((out, final, torch.autograd.grad(loss, params)))
-    (want, want_final, want_grads), (got, got_final, got_grads) = runs
-    tolerance = 1e-6 if dtype == torch.float32 else 1e-14
-    assert (got - want).abs().max() <= tolerance and (got_final - want_final).abs().max() <= tolerance
-    for g, w in zip(got_grads, want_grads):
-        assert (g - w).abs().max() <= tolerance * 10 * max(1.0, w.abs().max().item())
-
-
 @pytest.mark.parametrize("compiled", gru_loops())
 def test_state_noise_is_added_to_every_state_the_next_step_reads(compiled):
     """With state_noise s the loop computes h_t = GRU(x_t, h_{t-1}) + s eps_t from the noisy h_{t-1},
@@ -442,35 +416,6 @@ def test_the_encoder_adds_its_state_noise_in_training_only():
     assert (first - clean).abs().max() > 0.05 and (first - second).abs().max() > 0.05
     with pytest.raises(OptionError, match="encoder-state-noise"):
         check_options({"encoder_state_noise": -0.1})
-
-
-@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
-def test_the_compiled_packing_plan_is_the_python_plan():
-    """Where each row and position of a batch goes when the encoder steps it packed, from one C++ call:
-    the same step sizes and index tensors as the Python code's, on 300 random batches (ties in the
-    lengths, one row, rows as long as the batch is wide), and a clear refusal of a row length the
-    batch cannot hold."""
-    from fairseq_monoattn.modules.compiled import kernels
-    from fairseq_monoattn.modules.gru import _Packing
-
-    names = ("forward_inputs", "backward_inputs", "forward_outputs", "backward_outputs", "finals")
-    generator = torch.Generator().manual_seed(0)
-    for trial in range(300):
-        batch = 1 if trial % 50 == 0 else int(torch.randint(1, 40, (1,), generator=generator))
-        width = int(torch.randint(1, 30, (1,), generator=generator))
-        lengths = torch.randint(1, width + 1, (batch,), generator=generator)
-        lengths[0] = width if trial % 3 == 0 else lengths[0]
-        got = _Packing(lengths, width)
-        want = _Packing.__new__(_Packing)
-        want._plan(lengths, width)
-        assert got.sizes == want.sizes and got.total == want.total
-        for name in names:
-            assert torch.equal(getattr(got, name), getattr(want, name)), (trial, name)
-            assert getattr(got, name).dtype == torch.int64
-    with pytest.raises(RuntimeError, match="row 1 has length 6, outside 1 .. 5"):
-        kernels.packing_plan(torch.tensor([2, 6]), 5)
-    with pytest.raises(RuntimeError, match="row 0 has length 0"):
-        kernels.packing_plan(torch.tensor([0, 3]), 5)
 
 
 @pytest.mark.skipif(not gru_loops()[1:], reason="the C++ GRU loop is not built")
@@ -695,134 +640,6 @@ def test_with_a_dwell_count_one_linear_step_logit_writes_recopy_at_any_length():
 
     assert len(target) > 250 and read_with(gain) == target
     assert set(read_with(0.0)) == {digits[0]}  # without the count the same logits never leave the first digit
-
-
-@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_cpp_step_nodes_are_the_python_ones(dtype, monkeypatch):
-    """The decoder step's GRU update and softmax focus as C++ nodes against the Python nodes on a
-    batch of the presets' size: the same outputs and gradients to float rounding (two code paths,
-    fairseq_monoattn/testing.py), the hidden gates read from a view of wider rows as the decoder passes them."""
-    from fairseq_monoattn.modules.gru import gru_update
-    from fairseq_monoattn.modules.normalizations import SoftmaxFocus
-
-    generator = torch.Generator().manual_seed(5)
-    readout = torch.randn(32, 7 + 384, generator=generator, dtype=dtype, requires_grad=True)
-    input_gates = torch.randn(32, 384, generator=generator, dtype=dtype, requires_grad=True)
-    hidden = torch.randn(32, 128, generator=generator, dtype=dtype, requires_grad=True)
-    lengths = torch.randint(1, 46, (32,), generator=generator)
-    positions = normalized_positions(lengths, 45, dtype)
-    mask = padding_mask(lengths, 45)
-    mu = torch.rand(32, generator=generator, dtype=dtype).mul(1.4).sub(0.2).requires_grad_()
-    sigma = torch.rand(32, generator=generator, dtype=dtype).add(0.02).requires_grad_()
-    upstream = torch.randn(32, 128, generator=generator, dtype=dtype)
-    focus_upstream = torch.randn(32, 45, generator=generator, dtype=dtype)
-    runs = {}
-    for enabled in (False, True):
-        code = fast(enabled)
-        update = gru_update if code is None else code.gru_update
-        new_hidden = update(input_gates, readout[:, 7:], hidden)
-        weights = (SoftmaxFocus().focus if code is None else code.softmax_focus)(positions, mu, sigma, mask)
-        loss = (new_hidden * upstream).sum() + (weights * focus_upstream).sum()
-        runs[enabled] = (new_hidden, weights, torch.autograd.grad(loss, (readout, input_gates, hidden, mu, sigma)))
-    (want_hidden, want_weights, want_grads), (got_hidden, got_weights, got_grads) = runs[False], runs[True]
-    assert_same_up_to_rounding(got_hidden, want_hidden, "new hidden state")
-    assert_same_up_to_rounding(got_weights, want_weights, "focus")
-    assert got_weights[mask].abs().sum() == 0
-    for name, got, want in zip(("readout", "input gates", "hidden", "mu", "sigma"), got_grads, want_grads):
-        assert_same_up_to_rounding(got, want, f"gradient of {name}")
-    assert got_grads[0][:, :7].abs().sum() == 0  # nothing flows into the columns the update does not read
-
-
-@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_cpp_location_node_is_the_python_focus(dtype, monkeypatch):
-    """The whole location focus of a step (step activation, reference, leaky clamp, width, softmax
-    focus and the attended position) as one C++ node against the Python modules, for every built-in
-    step activation and reference, with and without the clamp, at the first step and a later one:
-    the same outputs and gradients (the heads, the previous position, Mono's gate) to float
-    rounding, no weight on padding.  Rows where the focus lands exactly on START (a ReLU step of 0 from position
-    0) take the clamp's tie, where torch splits the gradient in half."""
-
-    generator = torch.Generator().manual_seed(11)
-    lengths = torch.randint(1, 46, (32,), generator=generator)
-    mask = padding_mask(lengths, 45)
-    tested = 0
-    for step_activation in ("sigmoid", "mono", "relu", "softstair", "none"):
-        for reference in ("previous", "gated", "initial-bias"):
-            for clamp_slope in (None, 0.01):
-                module = location_attention(reference, step_activation, clamp_slope=clamp_slope, mono_gate_init=0.3)
-                module = module.to(dtype)
-                memory = module.prepare(lengths, 45, dtype)
-                heads = torch.randn(32, module.num_heads, generator=generator, dtype=dtype).mul(2).requires_grad_()
-                previous = torch.rand(32, generator=generator, dtype=dtype).mul(1.2)
-                previous[:4] = 0.0
-                previous.requires_grad_()
-                shapes = ((32, 45), (32,), (32,), (32,))  # weights, mu, steps, position
-                upstream = [torch.randn(*shape, generator=generator, dtype=dtype) for shape in shapes]
-                parameters = [heads, previous] + list(module.parameters())
-                for step in (1, 3):
-                    runs = {}
-                    for enabled in (False, True):
-                        code = fast(enabled)
-                        focus_step = (
-                            module.focus_step if code is None else functools.partial(code.location_focus, module)
-                        )
-                        weights, mu, steps, position = focus_step(heads, previous, memory, mask, step)
-                        assert (position is not None) == enabled
-                        if position is None:
-                            position = (weights * memory["positions"]).sum(-1)
-                        outputs = (weights, mu, steps, position)
-                        loss = sum((o * u).sum() for o, u in zip(outputs, upstream))
-                        runs[enabled] = outputs, torch.autograd.grad(loss, parameters, materialize_grads=True)
-                    (want, want_grads), (got, got_grads) = runs[False], runs[True]
-                    where = f"{step_activation}/{reference}/{clamp_slope}/step {step}"
-                    # the node's exp and softmax are the C library's, not torch's vectorised kernels
-                    close = 2e-6 if dtype == torch.float32 else 1e-14
-                    for g, w in zip(got, want):
-                        assert (g - w).abs().max() <= close * max(1.0, w.abs().max().item()), where
-                    assert got[0][mask].abs().sum() == 0
-                    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
-                    for g, w in zip(got_grads, want_grads):
-                        assert (g - w).abs().max() <= tolerance * max(1.0, w.abs().max().item()), where
-                    tested += 1
-    assert tested == 60
-
-
-@pytest.mark.skipif(not gru_loops()[1:], reason="the C++ kernels are not built")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_cpp_mix_node_is_the_python_mix(dtype):
-    """The mix of the content and the location focus and the position it attends, as one C++ node,
-    against the Python operations it stands for: the same outputs and gradients (scores, location
-    weights, mixing logit) to float rounding; padding gets no weight."""
-    from fairseq_monoattn.modules.compiled import kernels
-
-    generator = torch.Generator().manual_seed(12)
-    lengths = torch.randint(1, 46, (32,), generator=generator)
-    mask, positions = padding_mask(lengths, 45), normalized_positions(lengths, 45, dtype)
-    scores = torch.randn(32, 45, generator=generator, dtype=dtype).mul(3).requires_grad_()
-    location_logits = torch.randn(32, 45, generator=generator, dtype=dtype).requires_grad_()
-    mix_logit = torch.randn(32, 1, generator=generator, dtype=dtype).mul(2).requires_grad_()
-    upstream = torch.randn(32, 45, generator=generator, dtype=dtype), torch.randn(32, generator=generator, dtype=dtype)
-    runs = []
-    for node in (False, True):
-        location = location_logits.masked_fill(mask, float("-inf")).softmax(-1)
-        if node:
-            weights, position = kernels.mixed_focus(scores, mask, location, mix_logit, 0.7, positions)
-        else:
-            content = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
-            m = torch.sigmoid(0.7 * mix_logit)
-            weights = location + m * (content - location)
-            position = (weights * positions).sum(-1)
-        loss = (weights * upstream[0]).sum() + (position * upstream[1]).sum()
-        runs.append((weights, position, torch.autograd.grad(loss, (scores, location_logits, mix_logit))))
-    (want_w, want_p, want_grads), (got_w, got_p, got_grads) = runs
-    close = 2e-6 if dtype == torch.float32 else 1e-14  # the node's exp is the C library's, not torch's
-    assert (got_w - want_w).abs().max() <= close and (got_p - want_p).abs().max() <= close
-    assert got_w[mask].abs().sum() == 0
-    tolerance = 1e-5 if dtype == torch.float32 else 1e-13
-    for got, want in zip(got_grads, want_grads):
-        assert (got - want).abs().max() <= tolerance * max(1.0, want.abs().max().item())
 
 
 def test_location_heads_of_the_wrong_width_are_refused(kernels):

@@ -1,6 +1,12 @@
+// The kernels as the Python module fairseq_monoattn._kernels (torch's extension API: pybind11 through
+// torch/extension.h), and PendingFactors as a custom class torch knows, so that an autograd node's
+// ctx->saved_data can keep one.
 #include <torch/extension.h>
+#include <torch/library.h>
 
 #include "kernels.h"
+
+TORCH_LIBRARY(fairseq_monoattn, m) { m.class_<fairseq_monoattn::PendingFactors>("PendingFactors"); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace fairseq_monoattn;
@@ -11,15 +17,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("packed_gru_backward", &packed_gru_backward, "gradients of a packed GRU loop");
   m.def("packing_plan", &packing_plan, "the step sizes and the index tensors of a packed batch (modules/gru.py)");
   m.def("gru_step", &gru_step, "one GRU update h' from its gates' pre-activations, as one autograd node");
-  pybind11::class_<PendingFactors, std::shared_ptr<PendingFactors>>(
+  pybind11::class_<PendingFactors, c10::intrusive_ptr<PendingFactors>>(
       m, "PendingFactors", "the factor pairs the step nodes file for one gradient, until the collector takes them")
-      .def(pybind11::init<>())
-      .def("take",
-           [](PendingFactors& self) {
-             auto pairs = std::move(self.pairs);
-             self.pairs.clear();
-             return pairs;
-           });
+      .def(pybind11::init([] { return c10::make_intrusive<PendingFactors>(); }))
+      .def("take", &PendingFactors::take, "the pairs filed so far (and none left)");
   m.def("step_product", &step_product, "offset + x W^T + b as one node filing (dL/dy, x)");
   m.def("step_read", &step_read, "w M (a batch of row vectors times matrices) as one node filing (w, dL/dy)");
   m.def("step_score", &step_score, "M q as one node filing (dL/ds, q)");

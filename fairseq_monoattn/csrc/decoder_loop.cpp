@@ -12,14 +12,12 @@
 // with the same step parts (step_parts.h) and takes the gradients of what every step read (W_r, b_r,
 // W_c, V, K) once, after the first step, as one product each over the stacked steps.  Per step the
 // per-step nodes cost some ten operator calls and six autograd nodes more; here a step is a few
-// kernel calls each way.
+// kernel calls each way.  The node is a torch::autograd::Function: what the backward pass reads of
+// the steps is kept in tensors of all the steps at once (ctx->save_for_backward), its settings in
+// ctx->saved_data.
 
 #include "kernels.h"
 #include "step_parts.h"
-
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/utils.h>
-#include <torch/csrc/autograd/saved_variable.h>
 
 #include <algorithm>
 #include <limits>
@@ -28,8 +26,7 @@
 namespace fairseq_monoattn {
 
 using at::Tensor;
-using torch::autograd::Node;
-using torch::autograd::SavedVariable;
+using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 namespace {
@@ -50,104 +47,67 @@ struct LoopSettings {
   bool location_reference = false;  // pa_t from the location focus (PR), not from the weights a_t
 };
 
-struct StepRecord {
-  GRUPass gru;
-  LocationPass location;
-  MixPass mix;
-};
-
-enum Input : size_t { kInputGates, kHidden0, kReadWeight, kReadBias, kContextWeight, kValues, kKeys, kMonoGate, kInputs };
-
-struct DecoderLoopBackward : public Node {
-  SavedVariable read_weight, context_weight, values, keys, mono_gate;
-  FocusMemory memory;
-  LoopSettings settings;
+// What the loop reads besides the tensors it differentiates: the attention's memory, the readout's
+// columns and the settings (one argument of the Function, not a differentiable input).
+struct LoopInputs {
+  FocusMemory memory;  // positions, step_size, lengths undefined without a location focus
   ReadoutColumns columns{};
-  Tensor hidden_states;  // (T + 1, B, H): h_0 ... h_T
-  Tensor reads;          // (T, B, R): r_1 ... r_T
-  Tensor contexts;       // (T, B, D): o_1 ... o_T
-  Tensor weights;        // (T, B, S): a_1 ... a_T
-  std::vector<StepRecord> steps;
-
-  variable_list apply(variable_list&& grads) override;
-  std::string name() const override { return "DecoderLoopBackward"; }
-  void release_variables() override {
-    for (SavedVariable* saved : {&read_weight, &context_weight, &values, &keys, &mono_gate}) saved->reset_data();
-    memory = FocusMemory{};
-    hidden_states = reads = contexts = weights = Tensor();
-    steps.clear();
-  }
+  LoopSettings settings;
 };
 
-variable_list DecoderLoopBackward::apply(variable_list&& grads) {
-  TORCH_CHECK(!at::GradMode::is_enabled(), "decoder_loop: its backward is not differentiable (double backward); "
-              "set FAIRSEQ_MONOATTN_COMPILED=0 to run the Python version");
-  TORCH_CHECK(reads.defined(), "decoder_loop: a second backward pass through the loop needs retain_graph=True");
-  if (!grads[0].defined()) return variable_list(kInputs);
-  const Tensor read_weight_ = read_weight.unpack(), context_weight_ = context_weight.unpack();
-  const Tensor values_ = values.unpack(), keys_ = keys.unpack();
-  const int64_t T = reads.size(0), B = reads.size(1), R = reads.size(2), H = hidden_states.size(2);
-  const int64_t S = weights.size(2), D = contexts.size(2), G = columns.gates;
-  const auto options = reads.options();
-  const Tensor grad_hidden_states = grads[0].transpose(0, 1).contiguous();  // (T, B, H)
-  Tensor grad_reads = at::empty({T, B, R}, options);
-  Tensor grad_gates = at::empty({T, B, G}, options);
-  Tensor grad_contexts = at::empty({T, B, D}, options);
-  Tensor grad_scores = keys_.defined() ? at::empty({T, B, S}, options) : Tensor();
-  Tensor grad_hidden = at::zeros({B, H}, options), grad_through_gru = at::empty({B, H}, options);
-  Tensor grad_position, grad_previous, grad_location;  // dL/dpa_t, dL/dpa_{t-1}, dL/dlambda_t
-  if (settings.has_location) {
-    grad_position = at::zeros({B}, options);
-    grad_previous = at::empty({B}, options);
-    if (settings.mixes) grad_location = at::empty({B, S}, options);
+// What every step leaves for the backward pass, as tensors of all the steps (T, B, ...); step t's
+// parts (step_parts.h) are their rows t.  The location focus's and the mix's are undefined where
+// the attention has none.
+struct LoopRecord {
+  Tensor hidden_states;                 // (T + 1, B, H): h_0 ... h_T
+  Tensor reads;                         // (T, B, R): r_1 ... r_T
+  Tensor contexts;                      // (T, B, D): o_1 ... o_T
+  Tensor weights;                       // (T, B, S): a_1 ... a_T
+  Tensor reset_update, candidate;       // the GRU's [r | z] (T, B, 2H) and n (T, B, H)
+  Tensor location_weights, z;           // lambda_t and its z (T, B, S); lambda_t is a_t without a mix
+  Tensor sigma, unclamped, location_position;  // (T, B)
+  Tensor content, mix, mix_position;    // softmax(c_t) (T, B, S), m_t (T, B, 1), pa_t of the mix (T, B)
+
+  std::vector<Tensor> list() const {
+    return {hidden_states, reads,     contexts,          weights, reset_update, candidate, location_weights, z,
+            sigma,         unclamped, location_position, content, mix,          mix_position};
   }
-  Tensor grad_weights = at::empty({B, S}, options), grad_weights_row = grad_weights.unsqueeze(1);  // dL/da_t
-  const Tensor values_by_feature = values_.transpose(1, 2);
-  double grad_gate = 0;
-  for (int64_t t = T - 1; t >= 0; --t) {
-    const StepRecord& step = steps[t];
-    grad_hidden.add_(grad_hidden_states[t]);  // dL/dh_t: its output's and the later steps'
-    Tensor grad_read = grad_reads[t], grad_gate_rows = grad_gates[t], grad_context = grad_contexts[t];
-    Tensor grad_hidden_gates = grad_read.narrow(1, columns.gates_at(), G);
-    gru_backward(grad_hidden, step.gru, grad_gate_rows, grad_hidden_gates, grad_through_gru);
-    at::mm_out(grad_context, grad_gate_rows, context_weight_);                                  // dL/do_t
-    at::bmm_out(grad_weights_row, grad_context.unsqueeze(1), values_by_feature);  // dL/da_t = V dL/do_t
-    Tensor grad_heads = grad_read.narrow(1, columns.heads_at(), columns.heads);
-    if (!settings.has_location) {
-      Tensor grad_scores_t = grad_scores[t];
-      softmax_backward(weights[t], grad_weights, grad_scores_t);
-    } else if (settings.mixes) {
-      Tensor grad_scores_t = grad_scores[t], grad_mix = grad_read.narrow(1, columns.mix_at(), 1);
-      mixed_backward(step.mix, memory.positions, settings.mix_temperature, grad_weights,
-                     settings.location_reference ? Tensor() : grad_position, grad_scores_t, grad_location, grad_mix);
-      grad_gate += location_backward(step.location, memory, settings.location, grad_location, Tensor(), Tensor(),
-                                     settings.location_reference ? grad_position : Tensor(), grad_heads, grad_previous);
-    } else {
-      grad_gate += location_backward(step.location, memory, settings.location, grad_weights, Tensor(), Tensor(),
-                                     grad_position, grad_heads, grad_previous);
-    }
-    if (keys_.defined()) {  // dL/dq_t = K^T dL/dc_t
-      grad_read.narrow(1, 0, columns.query).copy_(at::bmm(grad_scores[t].unsqueeze(1), keys_).squeeze(1));
-    }
-    if (settings.has_location) std::swap(grad_position, grad_previous);
-    at::addmm_out(grad_hidden, grad_through_gru, grad_read, read_weight_);  // + W_r^T dL/dr_t
+  static LoopRecord of(const std::vector<Tensor>& t) {
+    return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13]};
   }
-  variable_list out(kInputs);
-  const Tensor read_rows = grad_reads.view({T * B, R}), gate_rows = grad_gates.view({T * B, G});
-  if (task_should_compute_output(kInputGates)) out[kInputGates] = grad_gates.transpose(0, 1);
-  if (task_should_compute_output(kHidden0)) out[kHidden0] = grad_hidden;
-  if (task_should_compute_output(kReadWeight))
-    out[kReadWeight] = read_rows.t().mm(hidden_states.narrow(0, 0, T).reshape({T * B, H}));
-  if (task_should_compute_output(kReadBias)) out[kReadBias] = read_rows.sum(0);
-  if (task_should_compute_output(kContextWeight)) out[kContextWeight] = gate_rows.t().mm(contexts.view({T * B, D}));
-  if (task_should_compute_output(kValues))  // dL/dV = sum_t a_t^T dL/do_t
-    out[kValues] = at::bmm(weights.permute({1, 2, 0}), grad_contexts.transpose(0, 1));
-  if (keys_.defined() && task_should_compute_output(kKeys))  // dL/dK = sum_t (dL/dc_t)^T q_t
-    out[kKeys] = at::bmm(grad_scores.permute({1, 2, 0}), reads.narrow(2, 0, columns.query).transpose(0, 1));
-  if (settings.location.step_kind == StepKind::mono && settings.has_location && task_should_compute_output(kMonoGate))
-    out[kMonoGate] = at::full({}, grad_gate, options);
-  return out;
-}
+
+  // pa_{t-1}, the reference of step t (pa_0 = 0)
+  Tensor previous(int64_t t, const LoopSettings& settings) const {
+    if (t == 0) return at::zeros({reads.size(1)}, reads.options());
+    return (settings.location_reference || !settings.mixes ? location_position : mix_position)[t - 1];
+  }
+  GRUPass gru(int64_t t, const ReadoutColumns& columns) const {
+    return GRUPass{reset_update[t], candidate[t], hidden_states[t], reads[t].narrow(1, columns.gates_at(), columns.gates)};
+  }
+  LocationPass location(int64_t t, const ReadoutColumns& columns, const LoopSettings& settings,
+                        const Tensor& mono_gate) const {
+    LocationPass pass;
+    pass.heads = reads[t].narrow(1, columns.heads_at(), columns.heads);
+    pass.previous = previous(t, settings);
+    pass.mono_gate = mono_gate;
+    pass.weights = location_weights[t];
+    pass.z = z[t];
+    pass.sigma = sigma[t];
+    pass.unclamped = unclamped[t];
+    pass.position = location_position[t];
+    pass.first_step = t == 0;
+    return pass;
+  }
+  MixPass mixed(int64_t t) const {
+    MixPass pass;
+    pass.content = content[t];
+    pass.location = location_weights[t];
+    pass.mix = mix[t];
+    pass.weights = weights[t];
+    pass.position = mix_position[t];
+    return pass;
+  }
+};
 
 // m (rows, cols), any strides, transposed into a new contiguous (cols, rows) matrix tile by tile, so
 // that the rows read and the rows written stay in the cache (faster than torch's copy of the
@@ -166,6 +126,197 @@ Tensor transposed(const Tensor& m) {
           for (int64_t i = i0; i < i1; ++i) o[j * rows + i] = in[i * row_stride + j * col_stride];
       }
   });
+  return out;
+}
+
+// The loop's arguments, in order: its differentiable inputs, then the LoopInputs
+enum Input : size_t { kInputGates, kHidden0, kReadWeight, kReadBias, kContextWeight, kValues, kKeys, kMonoGate, kArguments };
+// the saved tensors: the inputs the backward pass reads, the memory, then the LoopRecord's
+enum Saved : size_t { kSavedReadWeight, kSavedContextWeight, kSavedValues, kSavedKeys, kSavedMonoGate, kSavedPositions,
+                      kSavedStepSize, kSavedLengths, kSavedRecord };
+
+struct DecoderLoopBackward : public torch::autograd::Function<DecoderLoopBackward> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& input_gates, const Tensor& hidden0,
+                               const Tensor& read_weight, const Tensor& read_bias, const Tensor& context_weight,
+                               const Tensor& values, const std::optional<Tensor>& keys_in,
+                               const std::optional<Tensor>& mono_gate_in, const LoopInputs& loop);
+  static variable_list backward(AutogradContext* ctx, variable_list grads);
+};
+
+variable_list DecoderLoopBackward::forward(AutogradContext* ctx, const Tensor& input_gates, const Tensor& hidden0,
+                                           const Tensor& read_weight, const Tensor& read_bias,
+                                           const Tensor& context_weight, const Tensor& values,
+                                           const std::optional<Tensor>& keys_in,
+                                           const std::optional<Tensor>& mono_gate_in, const LoopInputs& loop) {
+  const Tensor keys = keys_in.value_or(Tensor()), mono_gate = mono_gate_in.value_or(Tensor());
+  const FocusMemory& memory = loop.memory;
+  const ReadoutColumns& columns = loop.columns;
+  const LoopSettings& settings = loop.settings;
+  const Tensor& padding_mask = memory.padding_mask;
+  const int64_t B = hidden0.size(0), H = hidden0.size(1), T = input_gates.size(1);
+  const int64_t S = values.size(1), D = values.size(2), R = read_weight.size(0);
+  const auto options = hidden0.options();
+  LoopRecord record;
+  record.hidden_states = at::empty({T + 1, B, H}, options);
+  record.reads = at::empty({T, B, R}, options);
+  record.contexts = at::empty({T, B, D}, options);
+  record.weights = at::empty({T, B, S}, options);
+  record.reset_update = at::empty({T, B, 2 * H}, options);
+  record.candidate = at::empty({T, B, H}, options);
+  Tensor mu, steps;  // the location focus's mu_t and step_t: not needed after the step
+  if (settings.has_location) {
+    record.location_weights = settings.mixes ? at::empty({T, B, S}, options) : record.weights;
+    record.z = at::empty({T, B, S}, options);
+    record.sigma = at::empty({T, B}, options);
+    record.unclamped = at::empty({T, B}, options);
+    record.location_position = at::empty({T, B}, options);
+    mu = at::empty({B}, options);
+    steps = at::empty({B}, options);
+    if (settings.mixes) {
+      record.content = at::empty({T, B, S}, options);
+      record.mix = at::empty({T, B, 1}, options);
+      record.mix_position = at::empty({T, B}, options);
+    }
+  }
+  const Tensor keys_by_feature = keys.defined() ? keys.transpose(1, 2) : Tensor();
+  record.hidden_states[0].copy_(hidden0);
+  // the weights transposed once, contiguous: MKL multiplies 32 x 128 rows by a contiguous 128 x 517
+  // matrix in three quarters of the time it takes for the same matrix read transposed
+  const Tensor context_weight_t = transposed(context_weight), read_weight_t = transposed(read_weight);
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor hidden = record.hidden_states[t];
+    Tensor read = record.reads[t], step_weights = record.weights[t];
+    at::mm_out(read, hidden, read_weight_t);
+    read.add_(read_bias);
+    Tensor scores;
+    if (keys.defined())  // c_t = K q_t
+      scores = at::bmm(read.narrow(1, 0, columns.query).unsqueeze(1), keys_by_feature).squeeze(1);
+    if (settings.has_location) {
+      LocationPass location = record.location(t, columns, settings, mono_gate);
+      location.mu = mu;
+      location.steps = steps;
+      location_forward(location.heads, location.previous, mono_gate, memory, settings.location, t + 1, location);
+    }
+    if (!settings.has_location) {
+      step_weights.copy_(scores.masked_fill(padding_mask, -std::numeric_limits<double>::infinity()).softmax(-1));
+    } else if (settings.mixes) {
+      MixPass mix = record.mixed(t);
+      mixed_forward(scores, memory.padding_mask, mix.location, read.narrow(1, columns.mix_at(), 1),
+                    settings.mix_temperature, memory.positions, mix);
+    }  // else: the location focus wrote a_t
+    Tensor context = record.contexts[t], context_row = context.unsqueeze(1);
+    at::bmm_out(context_row, step_weights.unsqueeze(1), values);  // o_t = sum_i a_ti V_i
+    const Tensor gates = at::add(context.mm(context_weight_t), input_gates.select(1, t));
+    GRUPass gru = record.gru(t, columns);
+    gru_forward(gates, gru.hidden_gates, hidden, gru, record.hidden_states[t + 1]);
+  }
+  Tensor outputs = record.hidden_states.narrow(0, 1, T).transpose(0, 1).contiguous();  // (B, T, H)
+  Tensor weights = record.weights.transpose(0, 1).contiguous();
+  std::vector<Tensor> saved{read_weight,      context_weight,  values,         keys, mono_gate,
+                            memory.positions, memory.step_size, memory.lengths};
+  for (const Tensor& t : record.list()) saved.push_back(t);
+  ctx->save_for_backward(saved);
+  ctx->saved_data["query"] = columns.query;
+  ctx->saved_data["heads"] = columns.heads;
+  ctx->saved_data["mix"] = columns.mix;
+  ctx->saved_data["has_keys"] = keys.defined();
+  ctx->saved_data["has_mono_gate"] = mono_gate.defined();
+  ctx->saved_data["has_location"] = settings.has_location;
+  ctx->saved_data["mixes"] = settings.mixes;
+  ctx->saved_data["mix_temperature"] = settings.mix_temperature;
+  ctx->saved_data["location_reference"] = settings.location_reference;
+  if (settings.has_location) save_location_settings(ctx, settings.location);
+  ctx->set_materialize_grads(false);
+  if (!settings.has_location) {
+    ctx->mark_non_differentiable({weights});
+    return {outputs, weights};
+  }
+  Tensor position = record.previous(T, settings).clone();
+  ctx->mark_non_differentiable({weights, position});
+  return {outputs, weights, position};
+}
+
+variable_list DecoderLoopBackward::backward(AutogradContext* ctx, variable_list grads) {
+  check_no_double_backward("decoder_loop");
+  variable_list out(kArguments + 1);
+  if (!grads[0].defined()) return out;
+  const auto saved = ctx->get_saved_variables();
+  const Tensor &read_weight = saved[kSavedReadWeight], &context_weight = saved[kSavedContextWeight];
+  const Tensor &values = saved[kSavedValues], &keys = saved[kSavedKeys], &mono_gate = saved[kSavedMonoGate];
+  const FocusMemory memory{saved[kSavedPositions], Tensor(), saved[kSavedStepSize], saved[kSavedLengths]};
+  const LoopRecord record = LoopRecord::of(std::vector<Tensor>(saved.begin() + kSavedRecord, saved.end()));
+  LoopSettings settings;
+  settings.has_location = ctx->saved_data["has_location"].toBool();
+  settings.mixes = ctx->saved_data["mixes"].toBool();
+  settings.mix_temperature = ctx->saved_data["mix_temperature"].toDouble();
+  settings.location_reference = ctx->saved_data["location_reference"].toBool();
+  if (settings.has_location) settings.location = saved_location_settings(ctx);
+  const Tensor &reads = record.reads, &hidden_states = record.hidden_states, &weights = record.weights;
+  const int64_t T = reads.size(0), B = reads.size(1), R = reads.size(2), H = hidden_states.size(2);
+  const int64_t S = weights.size(2), D = record.contexts.size(2), G = 3 * H;
+  const ReadoutColumns columns{ctx->saved_data["query"].toInt(), ctx->saved_data["heads"].toInt(),
+                               ctx->saved_data["mix"].toInt(), G};
+  // the differentiable inputs' edges: the optional keys and Mono's gate only where given
+  const bool has_keys = ctx->saved_data["has_keys"].toBool();
+  const size_t keys_edge = kKeys, mono_gate_edge = kKeys + (has_keys ? 1 : 0);
+  const auto options = reads.options();
+  const Tensor grad_hidden_states = grads[0].transpose(0, 1).contiguous();  // (T, B, H)
+  Tensor grad_reads = at::empty({T, B, R}, options);
+  Tensor grad_gates = at::empty({T, B, G}, options);
+  Tensor grad_contexts = at::empty({T, B, D}, options);
+  Tensor grad_scores = keys.defined() ? at::empty({T, B, S}, options) : Tensor();
+  Tensor grad_hidden = at::zeros({B, H}, options), grad_through_gru = at::empty({B, H}, options);
+  Tensor grad_position, grad_previous, grad_location;  // dL/dpa_t, dL/dpa_{t-1}, dL/dlambda_t
+  if (settings.has_location) {
+    grad_position = at::zeros({B}, options);
+    grad_previous = at::empty({B}, options);
+    if (settings.mixes) grad_location = at::empty({B, S}, options);
+  }
+  Tensor grad_weights = at::empty({B, S}, options), grad_weights_row = grad_weights.unsqueeze(1);  // dL/da_t
+  const Tensor values_by_feature = values.transpose(1, 2);
+  double grad_gate = 0;
+  for (int64_t t = T - 1; t >= 0; --t) {
+    grad_hidden.add_(grad_hidden_states[t]);  // dL/dh_t: its output's and the later steps'
+    Tensor grad_read = grad_reads[t], grad_gate_rows = grad_gates[t], grad_context = grad_contexts[t];
+    Tensor grad_hidden_gates = grad_read.narrow(1, columns.gates_at(), G);
+    gru_backward(grad_hidden, record.gru(t, columns), grad_gate_rows, grad_hidden_gates, grad_through_gru);
+    at::mm_out(grad_context, grad_gate_rows, context_weight);                     // dL/do_t
+    at::bmm_out(grad_weights_row, grad_context.unsqueeze(1), values_by_feature);  // dL/da_t = V dL/do_t
+    Tensor grad_heads = grad_read.narrow(1, columns.heads_at(), columns.heads);
+    if (!settings.has_location) {
+      Tensor grad_scores_t = grad_scores[t];
+      softmax_backward(weights[t], grad_weights, grad_scores_t);
+    } else if (settings.mixes) {
+      Tensor grad_scores_t = grad_scores[t], grad_mix = grad_read.narrow(1, columns.mix_at(), 1);
+      mixed_backward(record.mixed(t), memory.positions, settings.mix_temperature, grad_weights,
+                     settings.location_reference ? Tensor() : grad_position, grad_scores_t, grad_location, grad_mix);
+      grad_gate += location_backward(record.location(t, columns, settings, mono_gate), memory, settings.location,
+                                     grad_location, Tensor(), Tensor(),
+                                     settings.location_reference ? grad_position : Tensor(), grad_heads, grad_previous);
+    } else {
+      grad_gate += location_backward(record.location(t, columns, settings, mono_gate), memory, settings.location,
+                                     grad_weights, Tensor(), Tensor(), grad_position, grad_heads, grad_previous);
+    }
+    if (keys.defined()) {  // dL/dq_t = K^T dL/dc_t
+      grad_read.narrow(1, 0, columns.query).copy_(at::bmm(grad_scores[t].unsqueeze(1), keys).squeeze(1));
+    }
+    if (settings.has_location) std::swap(grad_position, grad_previous);
+    at::addmm_out(grad_hidden, grad_through_gru, grad_read, read_weight);  // + W_r^T dL/dr_t
+  }
+  const Tensor read_rows = grad_reads.view({T * B, R}), gate_rows = grad_gates.view({T * B, G});
+  if (ctx->needs_input_grad(kInputGates)) out[kInputGates] = grad_gates.transpose(0, 1);
+  if (ctx->needs_input_grad(kHidden0)) out[kHidden0] = grad_hidden;
+  if (ctx->needs_input_grad(kReadWeight))
+    out[kReadWeight] = read_rows.t().mm(hidden_states.narrow(0, 0, T).reshape({T * B, H}));
+  if (ctx->needs_input_grad(kReadBias)) out[kReadBias] = read_rows.sum(0);
+  if (ctx->needs_input_grad(kContextWeight)) out[kContextWeight] = gate_rows.t().mm(record.contexts.view({T * B, D}));
+  if (ctx->needs_input_grad(kValues))  // dL/dV = sum_t a_t^T dL/do_t
+    out[kValues] = at::bmm(weights.permute({1, 2, 0}), grad_contexts.transpose(0, 1));
+  if (has_keys && ctx->needs_input_grad(keys_edge))  // dL/dK = sum_t (dL/dc_t)^T q_t
+    out[kKeys] = at::bmm(grad_scores.permute({1, 2, 0}), reads.narrow(2, 0, columns.query).transpose(0, 1));
+  if (ctx->saved_data["has_mono_gate"].toBool() && settings.has_location &&
+      settings.location.step_kind == StepKind::mono && ctx->needs_input_grad(mono_gate_edge))
+    out[kMonoGate] = at::full({}, grad_gate, options);
   return out;
 }
 
@@ -197,7 +348,9 @@ std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden
               "decoder_loop: inconsistent sizes (B ", B, ", H ", H, ", T ", T, ", S ", S, ", D ", D, ", R ", R, ")");
   TORCH_CHECK(padding_mask.scalar_type() == at::kBool && padding_mask.sizes() == at::IntArrayRef({B, S}),
               "decoder_loop: padding_mask must be a bool (B, S)");
-  LoopSettings settings;
+  LoopInputs loop;
+  loop.columns = columns;
+  LoopSettings& settings = loop.settings;
   settings.has_location = positions.has_value();
   settings.mixes = settings.has_location && keys.defined();
   settings.mix_temperature = mix_temperature;
@@ -210,7 +363,7 @@ std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden
     TORCH_CHECK(keys.dim() == 3 && keys.size(0) == B && keys.size(1) == S && keys.size(2) == columns.query,
                 "decoder_loop: keys must be (B, S, query size)");
   }
-  FocusMemory memory;
+  FocusMemory& memory = loop.memory;
   if (settings.has_location) {
     TORCH_CHECK(step_size && lengths && step_activation && reference,
                 "decoder_loop: the location focus needs step_size, lengths, its step activation and reference");
@@ -232,70 +385,11 @@ std::vector<Tensor> decoder_loop(const Tensor& input_gates, const Tensor& hidden
     memory = FocusMemory{positions->contiguous(), padding_mask.contiguous(), step_size->contiguous(),
                          lengths->contiguous()};
   }
-  const auto options = hidden0.options();
-  Tensor hidden_states = at::empty({T + 1, B, H}, options), reads = at::empty({T, B, R}, options);
-  Tensor contexts = at::empty({T, B, D}, options), weights = at::empty({T, B, S}, options);
-  std::vector<StepRecord> steps(T);
-  Tensor previous = settings.has_location ? at::zeros({B}, options) : Tensor();  // pa_0 = 0
-  {
-    at::NoGradGuard no_grad;
-    const Tensor keys_by_feature = keys.defined() ? keys.transpose(1, 2) : Tensor();
-    hidden_states[0].copy_(hidden0);
-    // the weights transposed once, contiguous: MKL multiplies rows by a contiguous matrix faster than
-    // by the same matrix read transposed
-    const Tensor context_weight_t = transposed(context_weight), read_weight_t = transposed(read_weight);
-    for (int64_t t = 0; t < T; ++t) {
-      StepRecord& step = steps[t];
-      const Tensor hidden = hidden_states[t];
-      Tensor read = reads[t];
-      at::mm_out(read, hidden, read_weight_t);
-      read.add_(read_bias);
-      Tensor scores, step_weights;
-      if (keys.defined())  // c_t = K q_t
-        scores = at::bmm(read.narrow(1, 0, columns.query).unsqueeze(1), keys_by_feature).squeeze(1);
-      if (settings.has_location)
-        step.location = location_forward(read.narrow(1, columns.heads_at(), columns.heads), previous, mono_gate,
-                                         memory, settings.location, t + 1);
-      if (!settings.has_location) {
-        step_weights = scores.masked_fill(padding_mask, -std::numeric_limits<double>::infinity()).softmax(-1);
-      } else if (settings.mixes) {
-        step.mix = mixed_forward(scores, memory.padding_mask, step.location.weights,
-                                 read.narrow(1, columns.mix_at(), 1), mix_temperature, memory.positions);
-        step_weights = step.mix.weights;
-      } else {
-        step_weights = step.location.weights;
-      }
-      weights[t].copy_(step_weights);
-      Tensor context = contexts[t], context_row = context.unsqueeze(1);
-      at::bmm_out(context_row, step_weights.unsqueeze(1), values);  // o_t = sum_i a_ti V_i
-      const Tensor gates = at::add(context.mm(context_weight_t), input_gates.select(1, t));
-      hidden_states[t + 1].copy_(gru_forward(gates, read.narrow(1, columns.gates_at(), G), hidden, step.gru));
-      if (settings.has_location)
-        previous = (settings.location_reference || !settings.mixes) ? step.location.position : step.mix.position;
-    }
-  }
-  Tensor outputs = hidden_states.narrow(0, 1, T).transpose(0, 1).contiguous();  // (B, T, H)
-  if (torch::autograd::compute_requires_grad(input_gates, hidden0, read_weight, read_bias, context_weight, values,
-                                             keys, mono_gate)) {
-    auto node = c10::make_intrusive<DecoderLoopBackward>();
-    node->set_next_edges(torch::autograd::collect_next_edges(input_gates, hidden0, read_weight, read_bias,
-                                                             context_weight, values, keys, mono_gate));
-    torch::autograd::set_history(outputs, node);
-    node->read_weight = SavedVariable(read_weight, false);
-    node->context_weight = SavedVariable(context_weight, false);
-    node->values = SavedVariable(values, false);
-    node->keys = SavedVariable(keys, false);
-    node->mono_gate = SavedVariable(mono_gate, false);
-    node->memory = memory;
-    node->settings = settings;
-    node->columns = columns;
-    node->hidden_states = hidden_states;
-    node->reads = reads;
-    node->contexts = contexts;
-    node->weights = weights;
-    node->steps = std::move(steps);
-  }
-  return {outputs, weights.transpose(0, 1).contiguous(), previous};
+  if (!settings.has_location) memory.padding_mask = padding_mask.contiguous();
+  std::vector<Tensor> outputs = DecoderLoopBackward::apply(input_gates, hidden0, read_weight, read_bias, context_weight,
+                                                           values, keys_in, mono_gate_in, loop);
+  if (outputs.size() == 2) outputs.emplace_back();  // no location focus: no attended position
+  return outputs;
 }
 
 }  // namespace fairseq_monoattn

@@ -1,8 +1,13 @@
 // The plugin's C++ kernels, bound to Python as fairseq_monoattn._kernels (bindings.cpp) and
-// chosen at run time by fairseq_monoattn/modules/compiled.py.
+// chosen at run time by fairseq_monoattn/modules/compiled.py.  They use torch's public extension
+// API only: tensors, torch::autograd::Function for their autograd nodes and a registered custom
+// class (torch::class_) for what a node keeps that is not a tensor.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <torch/custom_class.h>
+#include <torch/extension.h>
+
+#include "rows.h"
 
 #include <memory>
 #include <optional>
@@ -12,46 +17,6 @@
 #include <vector>
 
 namespace fairseq_monoattn {
-
-// One row of a GRU update's backward pass, h' = (h - n) z + n with r = sigmoid(i_r + h_r),
-// z = sigmoid(i_z + h_z), n = tanh(i_n + r h_n): from g = dL/dh' (H numbers), writes dL/dh through h'
-// itself (kept = g z) and the gates' pre-activation gradients, on the input side [g_r | g_z | g_n]
-// and on the hidden side [g_r | g_z | g_n r].  Shared by the encoder's packed loop and the decoder's
-// GRU step.  Every array its own restrict pointer, so that the compiler vectorizes the loop (with the
-// gates as offsets of one pointer it cannot tell the stores apart and runs it one number at a time).
-template <typename T>
-void gru_row_backward(const T* __restrict__ g, const T* __restrict__ r, const T* __restrict__ z,
-                      const T* __restrict__ n, const T* __restrict__ h, const T* __restrict__ h_n, int64_t H,
-                      T* __restrict__ kept, T* __restrict__ gi_r, T* __restrict__ gi_z, T* __restrict__ gi_n,
-                      T* __restrict__ gh_r, T* __restrict__ gh_z, T* __restrict__ gh_n) {
-  for (int64_t j = 0; j < H; ++j) {
-    const T through_h = g[j] * z[j];                        // through h' = z h + (1 - z) n
-    const T g_z = g[j] * (h[j] - n[j]) * (1 - z[j]) * z[j];  // through z = sigmoid(.)
-    const T g_n = (g[j] - through_h) * (1 - n[j] * n[j]);   // through n = tanh(.)
-    const T g_r = g_n * h_n[j] * (1 - r[j]) * r[j];         // through r = sigmoid(.)
-    kept[j] = through_h;
-    gi_r[j] = g_r;
-    gi_z[j] = g_z;
-    gi_n[j] = g_n;
-    gh_r[j] = g_r;
-    gh_z[j] = g_z;
-    gh_n[j] = g_n * r[j];
-  }
-}
-
-// Rows of a GRU update's forward pass, elementwise, each array its own restrict pointer (as
-// gru_row_backward): n before its tanh, i_n + r h_n, and h' = (h - n) z + n.
-template <typename T>
-void gru_row_candidate(const T* __restrict__ i_n, const T* __restrict__ r, const T* __restrict__ h_n, int64_t H,
-                       T* __restrict__ out) {
-  for (int64_t j = 0; j < H; ++j) out[j] = i_n[j] + r[j] * h_n[j];  // before the tanh
-}
-
-template <typename T>
-void gru_row_update(const T* __restrict__ h, const T* __restrict__ n, const T* __restrict__ z, int64_t H,
-                    T* __restrict__ out) {
-  for (int64_t j = 0; j < H; ++j) out[j] = (h[j] - n[j]) * z[j] + n[j];  // h' = (h - n) z + n
-}
 
 // The encoder's GRU time loop over packed rows (packed_gru.cpp).
 std::vector<at::Tensor> packed_gru_forward(const at::Tensor& input_gates, const at::Tensor& weight,
@@ -93,19 +58,25 @@ std::vector<at::Tensor> mixed_focus(const at::Tensor& scores, const at::Tensor& 
 
 // The factor pairs (a_t, b_t) of a gradient sum_t a_t^T b_t that the step nodes below file in the
 // backward pass, one a step, for the collector in modules/step_linear.py to take once every step is
-// done.
-struct PendingFactors {
-  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+// done.  A custom class registered with torch (bindings.cpp), so that a node's ctx->saved_data can
+// hold it; Python makes one as fairseq_monoattn._kernels.PendingFactors().
+struct PendingFactors : torch::CustomClassHolder {
+  std::vector<std::tuple<at::Tensor, at::Tensor>> pairs;
+  std::vector<std::tuple<at::Tensor, at::Tensor>> take() {
+    auto taken = std::move(pairs);
+    pairs.clear();
+    return taken;
+  }
 };
 
 // The per-step products of modules/step_linear.py as C++ autograd nodes (step_nodes.cpp):
 // offset + x W^T + b filing (dL/dy, x); w M filing (w, dL/dy); M q filing (dL/ds, q).
 at::Tensor step_product(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                        const std::optional<at::Tensor>& offset, const std::shared_ptr<PendingFactors>& pending);
+                        const std::optional<at::Tensor>& offset, const c10::intrusive_ptr<PendingFactors>& pending);
 at::Tensor step_read(const at::Tensor& weights, const at::Tensor& operand,
-                     const std::shared_ptr<PendingFactors>& pending);
+                     const c10::intrusive_ptr<PendingFactors>& pending);
 at::Tensor step_score(const at::Tensor& query, const at::Tensor& operand,
-                      const std::shared_ptr<PendingFactors>& pending);
+                      const c10::intrusive_ptr<PendingFactors>& pending);
 
 // The GRU decoder's whole time loop in training (one layer; content scores, the location focus or
 // their mix), as one autograd node (decoder_loop.cpp): the hidden states h_1 ... h_T (B, T, H), the

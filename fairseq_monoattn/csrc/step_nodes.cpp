@@ -7,15 +7,10 @@
 // Python versions and say which runs when).  Forward makes the Python versions' operations with
 // torch's own kernels, so its outputs are theirs to float rounding (the location focus uses the C
 // library's exp, see there); the backward passes are plain loops.  The step parts are plain functions (step_parts.h),
-// which decoder_loop.cpp also runs.
+// which decoder_loop.cpp also runs; each node is a torch::autograd::Function.
 
 #include "kernels.h"
 #include "step_parts.h"
-
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/utils.h>
-#include <torch/csrc/autograd/saved_variable.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,16 +28,32 @@ void check_cpu_input(const Tensor& t, const std::string& name, const Tensor& lik
               like.scalar_type(), ", not a ", t.device().type(), " tensor of ", t.scalar_type());
 }
 
-namespace {
-
-// rows of a 2-D tensor whose last dimension is contiguous (a view of wider rows is fine)
-Tensor rows_of(const Tensor& t) { return t.stride(1) == 1 ? t : t.contiguous(); }
-
 void check_no_double_backward(const char* node) {
   TORCH_CHECK(!at::GradMode::is_enabled(), node,
               ": its backward is not differentiable (double backward); set FAIRSEQ_MONOATTN_COMPILED=0 to "
               "run the Python version");
 }
+
+void save_location_settings(AutogradContext* ctx, const LocationSettings& settings) {
+  ctx->saved_data["step_kind"] = static_cast<int64_t>(settings.step_kind);
+  ctx->saved_data["step_temperature"] = settings.step_temperature;
+  ctx->saved_data["reference"] = static_cast<int64_t>(settings.reference);
+  ctx->saved_data["sigma_min"] = settings.sigma_min;
+  ctx->saved_data["clamp_slope"] = settings.clamp_slope;
+}
+
+LocationSettings saved_location_settings(AutogradContext* ctx) {
+  return LocationSettings{static_cast<StepKind>(ctx->saved_data["step_kind"].toInt()),
+                          ctx->saved_data["step_temperature"].toDouble(),
+                          static_cast<ReferenceKind>(ctx->saved_data["reference"].toInt()),
+                          ctx->saved_data["sigma_min"].toDouble(), ctx->saved_data["clamp_slope"].toDouble()};
+}
+
+namespace {
+
+// rows of a 2-D tensor whose last dimension is contiguous (a view of wider rows is fine)
+Tensor rows_of(const Tensor& t) { return t.stride(1) == 1 ? t : t.contiguous(); }
+
 
 // The memory a focus node reads: positions and padding_mask (rows, source positions) alike, the mask
 // a bool tensor on the CPU.
@@ -56,6 +67,14 @@ void check_focus_memory(const Tensor& positions, const Tensor& padding_mask, con
 // The gradient of an output, contiguous, or undefined where nobody used the output.
 Tensor used_gradient(const Tensor& grad) { return grad.defined() ? grad.contiguous() : Tensor(); }
 
+// The destination given (defined: of these sizes, contiguous), or a new tensor like ``like``.
+Tensor given_or_empty(const Tensor& given, at::IntArrayRef sizes, const Tensor& like) {
+  if (!given.defined()) return at::empty(sizes, like.options());
+  TORCH_CHECK(given.sizes() == sizes && given.is_contiguous(), "a step part's destination must be ", sizes,
+              " contiguous");
+  return given;
+}
+
 // A contiguous tensor's numbers, or nullptr for an undefined one (read as zeros).
 template <typename T>
 const T* numbers_or_null(const Tensor& t) {
@@ -65,11 +84,11 @@ const T* numbers_or_null(const Tensor& t) {
 // A step's parts as plain functions (step_parts.h); the nodes below wrap them.
 // -- the GRU update
 at::Tensor gru_forward_impl(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden,
-                            GRUPass& pass) {
+                            GRUPass& pass, const Tensor& out_in) {
   const int64_t B = hidden.size(0), H = hidden.size(1);
-  Tensor reset_update = at::empty({B, 2 * H}, hidden.options());
-  Tensor candidate = at::empty({B, H}, hidden.options());
-  Tensor out = at::empty({B, H}, hidden.options());
+  Tensor reset_update = given_or_empty(pass.reset_update, {B, 2 * H}, hidden);
+  Tensor candidate = given_or_empty(pass.candidate, {B, H}, hidden);
+  Tensor out = given_or_empty(out_in, {B, H}, hidden);
   const int64_t in_stride = input_gates.stride(0), hid_stride = hidden_gates.stride(0);
   AT_DISPATCH_FLOATING_TYPES(hidden.scalar_type(), "gru_step", [&] {
     for (int64_t i = 0; i < B; ++i) {  // i_r + h_r, i_z + h_z
@@ -103,8 +122,9 @@ at::Tensor gru_forward_impl(const Tensor& input_gates, const Tensor& hidden_gate
 
 }  // namespace
 
-Tensor gru_forward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden, GRUPass& pass) {
-  return gru_forward_impl(rows_of(input_gates), rows_of(hidden_gates), hidden.contiguous(), pass);
+Tensor gru_forward(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden, GRUPass& pass,
+                   const Tensor& out) {
+  return gru_forward_impl(rows_of(input_gates), rows_of(hidden_gates), hidden.contiguous(), pass, out);
 }
 
 void gru_backward(const Tensor& grad, const GRUPass& pass, Tensor& grad_input_gates, Tensor& grad_hidden_gates,
@@ -181,38 +201,12 @@ std::pair<Tensor, Tensor> gaussian_focus(const Tensor& positions_in, const Tenso
   Tensor z = at::empty({B, S}, positions.options());
   Tensor logits = at::empty({B, S}, positions.options());
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "gaussian_focus", [&] {
-    const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
-    for (int64_t i = 0; i < B; ++i) {
-      const scalar_t* __restrict__ p = positions.data_ptr<scalar_t>() + i * S;
-      const bool* __restrict__ pad = padding_mask.data_ptr<bool>() + i * S;
-      scalar_t* __restrict__ z_ = z.data_ptr<scalar_t>() + i * S;
-      scalar_t* __restrict__ l = logits.data_ptr<scalar_t>() + i * S;
-      const scalar_t m = mu.data_ptr<scalar_t>()[i], s = sigma.data_ptr<scalar_t>()[i];
-      for (int64_t j = 0; j < S; ++j) {
-        const scalar_t zj = (p[j] - m) / s;
-        z_[j] = zj;
-        l[j] = pad[j] ? minus_infinity : static_cast<scalar_t>(-0.5) * zj * zj;
-      }
-    }
+    for (int64_t i = 0; i < B; ++i)
+      gaussian_logits_row(positions.data_ptr<scalar_t>() + i * S, padding_mask.data_ptr<bool>() + i * S,
+                          mu.data_ptr<scalar_t>()[i], sigma.data_ptr<scalar_t>()[i], S,
+                          z.data_ptr<scalar_t>() + i * S, logits.data_ptr<scalar_t>() + i * S);
   });
   return {logits.softmax(-1), z};
-}
-
-// One row of the focus's backward pass, from g = dL/dlambda: dL/dl = lambda (g - <lambda, g>)
-// through the softmax, then dL/dmu = sum dL/dl z / sigma and dL/dsigma = sum dL/dl z^2 / sigma.
-template <typename T>
-void gaussian_focus_backward_row(const T* __restrict__ w, const T* __restrict__ z, const T* __restrict__ g, T sigma,
-                                 int64_t S, T& grad_mu, T& grad_sigma) {
-  T expected = 0;  // <lambda, g>
-  for (int64_t j = 0; j < S; ++j) expected += w[j] * g[j];
-  T along = 0, along_z = 0;  // sum of dL/dl z and of dL/dl z^2
-  for (int64_t j = 0; j < S; ++j) {
-    const T grad_logit = w[j] * (g[j] - expected);
-    along += grad_logit * z[j];
-    along_z += grad_logit * z[j] * z[j];
-  }
-  grad_mu = along / sigma;
-  grad_sigma = along_z / sigma;
 }
 
 // lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma.  Backward:
@@ -242,39 +236,15 @@ struct SoftmaxGaussian : public torch::autograd::Function<SoftmaxGaussian> {
     Tensor grad_mu = at::empty({B}, weights.options());
     Tensor grad_sigma = at::empty({B}, weights.options());
     AT_DISPATCH_FLOATING_TYPES(weights.scalar_type(), "softmax_gaussian_backward", [&] {
+      std::vector<scalar_t> scratch(S);
       for (int64_t i = 0; i < B; ++i)
         gaussian_focus_backward_row(weights.data_ptr<scalar_t>() + i * S, z.data_ptr<scalar_t>() + i * S,
                                     grad.data_ptr<scalar_t>() + i * S, sigma.data_ptr<scalar_t>()[i], S,
-                                    grad_mu.data_ptr<scalar_t>()[i], grad_sigma.data_ptr<scalar_t>()[i]);
+                                    scratch.data(), grad_mu.data_ptr<scalar_t>()[i], grad_sigma.data_ptr<scalar_t>()[i]);
     });
     return {Tensor(), grad_mu, grad_sigma, Tensor()};
   }
 };
-
-template <typename T>
-inline T scalar_sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
-
-// One row of S numbers: out = softmax(logits) over the positions not masked, 0 on the masked ones
-// (out may be logits itself).
-template <typename T>
-void masked_softmax_row(const T* logits, const bool* pad, int64_t S, T* out) {
-  T largest = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < S; ++j) largest = pad[j] ? largest : std::max(largest, logits[j]);
-  T total = 0;
-  for (int64_t j = 0; j < S; ++j) {
-    out[j] = pad[j] ? T(0) : std::exp(logits[j] - largest);
-    total += out[j];
-  }
-  for (int64_t j = 0; j < S; ++j) out[j] /= total;
-}
-
-// torch's gradient of maximum(a, b) to a (minimum: swap the comparison): all of it where a wins, half on a tie
-template <typename T>
-inline T share_of_max(T a, T b) {
-  return a > b ? T(1) : (a == b ? T(0.5) : T(0));
-}
 
 }  // namespace
 
@@ -301,21 +271,16 @@ ReferenceKind reference_kind_of(const std::string& name) {
 
 int64_t reference_heads(ReferenceKind kind) { return kind == ReferenceKind::gated ? 2 : kind == ReferenceKind::initial_bias ? 1 : 0; }
 
-LocationPass location_forward(const Tensor& heads_in, const Tensor& previous_in, const Tensor& mono_gate,
-                              const FocusMemory& memory, const LocationSettings& settings, int64_t step) {
+void location_forward(const Tensor& heads_in, const Tensor& previous_in, const Tensor& mono_gate,
+                      const FocusMemory& memory, const LocationSettings& settings, int64_t step, LocationPass& pass) {
   // one loop over the rows, reading the heads in place (a view of wider rows is fine)
   const Tensor heads = rows_of(heads_in), previous = previous_in.contiguous();
   const Tensor &positions = memory.positions, &padding_mask = memory.padding_mask;
   const int64_t B = positions.size(0), S = positions.size(1), heads_stride = heads.stride(0);
-  const auto options = positions.options();
-  LocationPass pass;
-  pass.weights = at::empty({B, S}, options);
-  pass.z = at::empty({B, S}, options);
-  pass.mu = at::empty({B}, options);
-  pass.steps = at::empty({B}, options);
-  pass.position = at::empty({B}, options);
-  pass.sigma = at::empty({B}, options);
-  pass.unclamped = at::empty({B}, options);
+  pass.weights = given_or_empty(pass.weights, {B, S}, positions);
+  pass.z = given_or_empty(pass.z, {B, S}, positions);
+  for (Tensor* row : {&pass.mu, &pass.steps, &pass.position, &pass.sigma, &pass.unclamped})
+    *row = given_or_empty(*row, {B}, positions);
   const StepKind step_kind = settings.step_kind;
   const ReferenceKind reference = settings.reference;
   const bool first_step = step == 1;
@@ -364,12 +329,8 @@ LocationPass location_forward(const Tensor& heads_in, const Tensor& previous_in,
       // lambda = softmax(-z^2 / 2) over the real positions, z = (positions - mu) / sigma
       const T* p = positions.data_ptr<T>() + i * S;
       const bool* pad = padding_mask.data_ptr<bool>() + i * S;
-      T* z = pass.z.data_ptr<T>() + i * S;
       T* w = pass.weights.data_ptr<T>() + i * S;
-      for (int64_t j = 0; j < S; ++j) {
-        z[j] = (p[j] - mu) / sigma;
-        w[j] = T(-0.5) * z[j] * z[j];
-      }
+      gaussian_logits_row(p, pad, mu, sigma, S, pass.z.data_ptr<T>() + i * S, w);
       masked_softmax_row(w, pad, S, w);
       T position = 0;
       for (int64_t j = 0; j < S; ++j) position += w[j] * p[j];
@@ -384,7 +345,6 @@ LocationPass location_forward(const Tensor& heads_in, const Tensor& previous_in,
   pass.previous = previous;
   pass.mono_gate = mono_gate;
   pass.first_step = first_step;
-  return pass;
 }
 
 double location_backward(const LocationPass& pass, const FocusMemory& memory, const LocationSettings& settings,
@@ -415,7 +375,7 @@ double location_backward(const LocationPass& pass, const FocusMemory& memory, co
       for (int64_t j = 0; j < S; ++j) grad_row[j] = g[j] + g_position * p[j];  // position = <lambda, positions>
       T g_mu, g_sigma;
       gaussian_focus_backward_row(weights.data_ptr<T>() + i * S, z.data_ptr<T>() + i * S, grad_row.data(),
-                                  sigma.data_ptr<T>()[i], S, g_mu, g_sigma);
+                                  sigma.data_ptr<T>()[i], S, grad_row.data(), g_mu, g_sigma);
       g_mu += (g_mus ? g_mus[i] : T(0));
       if (settings.clamp_slope >= 0) {  // mu = max(a, c), a = m x, c = min(d, x), d = a + 1
         const T x = pass.unclamped.data_ptr<T>()[i], a = x * m, d = a + 1, c = std::min(d, x);
@@ -495,15 +455,13 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
     if (settings.step_kind == StepKind::mono) check_cpu_input(mono_gate, "location_focus: mono_gate", positions);
     const FocusMemory memory{positions.contiguous(), padding_mask.contiguous(), step_size.contiguous(),
                              lengths.contiguous()};
-    const LocationPass pass = location_forward(heads_in, previous, mono_gate, memory, settings, step);
+    LocationPass pass;
+    location_forward(heads_in, previous, mono_gate, memory, settings, step, pass);
     // (the backward pass reads the rows in place)
     ctx->save_for_backward({pass.heads, pass.previous, mono_gate, memory.positions, memory.step_size,
                             memory.lengths, pass.weights, pass.z, pass.sigma, pass.unclamped});
-    ctx->saved_data["step_kind"] = static_cast<int64_t>(settings.step_kind);
-    ctx->saved_data["reference"] = static_cast<int64_t>(settings.reference);
+    save_location_settings(ctx, settings);
     ctx->saved_data["first_step"] = pass.first_step;
-    ctx->saved_data["step_temperature"] = step_temperature;
-    ctx->saved_data["clamp_slope"] = clamp_slope;
     return {pass.weights, pass.mu, pass.steps, pass.position};
   }
 
@@ -520,10 +478,7 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
     pass.unclamped = saved[9];
     pass.first_step = ctx->saved_data["first_step"].toBool();
     const FocusMemory memory{saved[3], Tensor(), saved[4], saved[5]};
-    const LocationSettings settings{static_cast<StepKind>(ctx->saved_data["step_kind"].toInt()),
-                                    ctx->saved_data["step_temperature"].toDouble(),
-                                    static_cast<ReferenceKind>(ctx->saved_data["reference"].toInt()), 0.0,
-                                    ctx->saved_data["clamp_slope"].toDouble()};
+    const LocationSettings settings = saved_location_settings(ctx);
     // an output nobody used has no gradient (read as zeros)
     const Tensor grad_weights = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(pass.weights);
     Tensor grad_heads = at::empty(pass.heads.sizes(), pass.heads.options());
@@ -543,19 +498,17 @@ struct LocationFocus : public torch::autograd::Function<LocationFocus> {
 // The mixed focus of one decoder step (cross_attention.py; step_parts.h has the equations), forward
 // and backward each one loop over the rows (the Python code's outputs to float rounding, as the
 // location focus).
-MixPass mixed_forward(const Tensor& scores_in, const Tensor& padding_mask_in, const Tensor& location_in,
-                      const Tensor& mix_logit_in, double temperature, const Tensor& positions_in) {
+void mixed_forward(const Tensor& scores_in, const Tensor& padding_mask_in, const Tensor& location_in,
+                   const Tensor& mix_logit_in, double temperature, const Tensor& positions_in, MixPass& pass) {
   // one loop over the rows, with the C library's exp (as the location focus)
   const Tensor scores = rows_of(scores_in), location = location_in.contiguous(), mix_logit = rows_of(mix_logit_in);
   const Tensor positions = positions_in.contiguous(), padding_mask = padding_mask_in.contiguous();
   const int64_t B = positions.size(0), S = positions.size(1);
   const int64_t scores_stride = scores.stride(0), mix_stride = mix_logit.stride(0);
-  const auto options = positions.options();
-  MixPass pass;
-  pass.content = at::empty({B, S}, options);
-  pass.mix = at::empty({B, 1}, options);
-  pass.weights = at::empty({B, S}, options);
-  pass.position = at::empty({B}, options);
+  pass.content = given_or_empty(pass.content, {B, S}, positions);
+  pass.mix = given_or_empty(pass.mix, {B, 1}, positions);
+  pass.weights = given_or_empty(pass.weights, {B, S}, positions);
+  pass.position = given_or_empty(pass.position, {B}, positions);
   pass.location = location;
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "mixed_focus", [&] {
     using T = scalar_t;
@@ -576,7 +529,6 @@ MixPass mixed_forward(const Tensor& scores_in, const Tensor& padding_mask_in, co
       pass.position.data_ptr<T>()[i] = position;
     }
   });
-  return pass;
 }
 
 void mixed_backward(const MixPass& pass, const Tensor& positions, double temperature, const Tensor& grad_weights,
@@ -594,16 +546,14 @@ void mixed_backward(const MixPass& pass, const Tensor& positions, double tempera
       const T *p = positions.data_ptr<T>() + i * S, *g = grad_weights.data_ptr<T>() + i * S;
       const T m = mix.data_ptr<T>()[i], g_position = g_positions ? g_positions[i] : T(0);
       T* g_l = grad_location.data_ptr<T>() + i * S;
-      T g_m = 0, expected = 0;  // dL/dm, <content, dL/dcontent>
+      T g_m = 0;  // dL/dm
       for (int64_t j = 0; j < S; ++j) {
         const T g_w = g[j] + g_position * p[j];  // position = <weights, positions>
         g_m += g_w * (c[j] - l[j]);
         grad_content[j] = g_w * m;
         g_l[j] = g_w - grad_content[j];
-        expected += c[j] * grad_content[j];
       }
-      T* g_s = grad_scores.data_ptr<T>() + i * S;
-      for (int64_t j = 0; j < S; ++j) g_s[j] = c[j] * (grad_content[j] - expected);  // through the softmax
+      softmax_row_backward(c, grad_content.data(), S, grad_scores.data_ptr<T>() + i * S);  // content = softmax(scores)
       grad_mix.data_ptr<T>()[i * mix_stride] = g_m * static_cast<T>(temperature) * m * (1 - m);
     }
   });
@@ -613,13 +563,9 @@ void softmax_backward(const Tensor& weights, const Tensor& grad, Tensor& grad_sc
   const int64_t B = weights.size(0), S = weights.size(1);
   AT_DISPATCH_FLOATING_TYPES(weights.scalar_type(), "softmax_backward", [&] {
     using T = scalar_t;
-    for (int64_t i = 0; i < B; ++i) {
-      const T *w = weights.data_ptr<T>() + i * S, *g = grad.data_ptr<T>() + i * S;
-      T* g_s = grad_scores.data_ptr<T>() + i * S;
-      T expected = 0;  // <w, g>
-      for (int64_t j = 0; j < S; ++j) expected += w[j] * g[j];
-      for (int64_t j = 0; j < S; ++j) g_s[j] = w[j] * (g[j] - expected);
-    }
+    for (int64_t i = 0; i < B; ++i)
+      softmax_row_backward(weights.data_ptr<T>() + i * S, grad.data_ptr<T>() + i * S, S,
+                           grad_scores.data_ptr<T>() + i * S);
   });
 }
 
@@ -639,7 +585,8 @@ struct MixedFocus : public torch::autograd::Function<MixedFocus> {
     const int64_t B = positions.size(0);
     TORCH_CHECK(mix_logit.dim() == 2 && mix_logit.size(0) == B && mix_logit.size(1) == 1,
                 "mixed_focus: mix_logit must be (", B, ", 1), one a row");
-    const MixPass pass = mixed_forward(scores, padding_mask, location, mix_logit, temperature, positions);
+    MixPass pass;
+    mixed_forward(scores, padding_mask, location, mix_logit, temperature, positions, pass);
     ctx->save_for_backward({pass.content, pass.location, pass.mix, positions.contiguous()});
     ctx->saved_data["temperature"] = temperature;
     return {pass.weights, pass.position};
@@ -663,126 +610,110 @@ struct MixedFocus : public torch::autograd::Function<MixedFocus> {
   }
 };
 
-// The per-step products of modules/step_linear.py.  Each is a node of its own (torch's Node, not
-// a custom Function, so that it can keep the shared PendingFactors): its backward pass gives the
-// gradient the recurrence needs now and files the factors of the fixed operand's gradient.
-using torch::autograd::Node;
-using torch::autograd::SavedVariable;
+// The per-step products of modules/step_linear.py, each a Function whose backward pass gives the
+// gradient the recurrence needs now and files the factors of the fixed operand's gradient in the
+// PendingFactors the steps share (kept in ctx->saved_data: a registered custom class).  The fixed
+// operand is an input, so that its collector's node runs after every step's (it gets no gradient
+// here).
 
 // row_times: x_b M_b for each b, rows (B, K) times matrices (B, K, N), as a batch of row vectors
 Tensor row_times(const Tensor& rows, const Tensor& matrices) { return at::bmm(rows.unsqueeze(1), matrices).squeeze(1); }
 
-variable_list undefined_gradients(size_t count) { return variable_list(count); }
+void check_pending(const c10::intrusive_ptr<PendingFactors>& pending, const char* node) {
+  TORCH_CHECK(pending, node, ": no PendingFactors to file the gradient's factors in");
+}
 
-struct StepProductBackward : public Node {
-  SavedVariable x, weight;
-  std::shared_ptr<PendingFactors> pending;
-  bool has_offset = false;
+c10::intrusive_ptr<PendingFactors> pending_of(AutogradContext* ctx) {
+  return ctx->saved_data["pending"].toCustomClass<PendingFactors>();
+}
 
-  variable_list apply(variable_list&& grads) override {
+// offset + x W^T + b, filing (dL/dy, x) for dL/dW = sum_t (dL/dy_t)^T x_t and dL/db = sum_t dL/dy_t.
+struct StepProductBackward : public torch::autograd::Function<StepProductBackward> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                        const std::optional<Tensor>& offset, const c10::intrusive_ptr<PendingFactors>& pending) {
+    check_pending(pending, "step_product");
+    Tensor out = x.mm(weight.t());  // the same operations as the Python node, for the same rounding
+    if (bias && bias->defined()) out = out + *bias;
+    const bool has_offset = offset && offset->defined();
+    if (has_offset) out = out + *offset;
+    ctx->set_materialize_grads(false);
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["pending"] = pending;
+    ctx->saved_data["has_offset"] = has_offset;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
     check_no_double_backward("step_product");
     const Tensor& grad = grads[0];
-    if (!grad.defined()) return undefined_gradients(4);
-    const Tensor x_ = x.unpack(), weight_ = weight.unpack();
-    pending->pairs.emplace_back(grad, x_);  // dL/dW += (dL/dy)^T x, dL/db += dL/dy: at the collector
-    return {task_should_compute_output(0) ? grad.mm(weight_) : Tensor(), Tensor(), Tensor(),
-            has_offset ? grad : Tensor()};
-  }
-  void release_variables() override {
-    x.reset_data();
-    weight.reset_data();
+    if (!grad.defined()) return variable_list(5);
+    const auto saved = ctx->get_saved_variables();
+    pending_of(ctx)->pairs.emplace_back(grad, saved[0]);  // dL/dW += (dL/dy)^T x, dL/db += dL/dy: at the collector
+    return {ctx->needs_input_grad(0) ? grad.mm(saved[1]) : Tensor(), Tensor(), Tensor(),
+            ctx->saved_data["has_offset"].toBool() ? grad : Tensor(), Tensor()};
   }
 };
-
-// A node of ``Kind`` for ``output`` with ``inputs``' edges, when any input needs a gradient.
-template <typename Kind, typename... Inputs>
-c10::intrusive_ptr<Kind> record_node(const Tensor& output, const Inputs&... inputs) {
-  if (!torch::autograd::compute_requires_grad(inputs...)) return nullptr;
-  auto node = c10::make_intrusive<Kind>();
-  node->set_next_edges(torch::autograd::collect_next_edges(inputs...));
-  torch::autograd::set_history(output, node);
-  return node;
-}
 
 // The two products of a row vector with a per-example matrix M: a read, y = w M, which files
 // (w, dL/dy) for dL/dM = w^T dL/dy, and a score, s = M q (q M^T as a row), which files (dL/ds, q)
 // for dL/dM = (dL/ds)^T q.  Either way the row's gradient is the output's gradient times M
 // transposed the other way.
-struct StepOperandBackward : public Node {
-  SavedVariable row, operand;
-  std::shared_ptr<PendingFactors> pending;
-  bool is_score = false;
+Tensor step_operand_forward(AutogradContext* ctx, const Tensor& row, const Tensor& operand, bool is_score,
+                            const c10::intrusive_ptr<PendingFactors>& pending) {
+  check_pending(pending, is_score ? "step_score" : "step_read");
+  ctx->set_materialize_grads(false);
+  ctx->save_for_backward({row, operand});
+  ctx->saved_data["pending"] = pending;
+  return row_times(row, is_score ? operand.transpose(1, 2) : operand);
+}
 
-  variable_list apply(variable_list&& grads) override {
-    check_no_double_backward(is_score ? "step_score" : "step_read");
-    const Tensor& grad = grads[0];
-    if (!grad.defined()) return undefined_gradients(2);
-    const Tensor row_ = row.unpack(), operand_ = operand.unpack();
-    if (is_score)
-      pending->pairs.emplace_back(grad, row_);
-    else
-      pending->pairs.emplace_back(row_, grad);
-    if (!task_should_compute_output(0)) return {Tensor(), Tensor()};
-    return {row_times(grad, is_score ? operand_ : operand_.transpose(1, 2)), Tensor()};
+variable_list step_operand_backward(AutogradContext* ctx, const variable_list& grads, bool is_score) {
+  check_no_double_backward(is_score ? "step_score" : "step_read");
+  const Tensor& grad = grads[0];
+  if (!grad.defined()) return variable_list(3);
+  const auto saved = ctx->get_saved_variables();
+  const Tensor &row = saved[0], &operand = saved[1];
+  if (is_score)
+    pending_of(ctx)->pairs.emplace_back(grad, row);
+  else
+    pending_of(ctx)->pairs.emplace_back(row, grad);
+  if (!ctx->needs_input_grad(0)) return variable_list(3);
+  return {row_times(grad, is_score ? operand : operand.transpose(1, 2)), Tensor(), Tensor()};
+}
+
+struct StepReadBackward : public torch::autograd::Function<StepReadBackward> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& weights, const Tensor& operand,
+                        const c10::intrusive_ptr<PendingFactors>& pending) {
+    return step_operand_forward(ctx, weights, operand, /*is_score=*/false, pending);
   }
-  std::string name() const override { return is_score ? "StepScoreBackward" : "StepReadBackward"; }
-  void release_variables() override {
-    row.reset_data();
-    operand.reset_data();
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return step_operand_backward(ctx, grads, /*is_score=*/false);
   }
 };
 
-void check_pending(const std::shared_ptr<PendingFactors>& pending, const char* node) {
-  TORCH_CHECK(pending != nullptr, node, ": no PendingFactors to file the gradient's factors in");
-}
+struct StepScoreBackward : public torch::autograd::Function<StepScoreBackward> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& query, const Tensor& operand,
+                        const c10::intrusive_ptr<PendingFactors>& pending) {
+    return step_operand_forward(ctx, query, operand, /*is_score=*/true, pending);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return step_operand_backward(ctx, grads, /*is_score=*/true);
+  }
+};
 
 }  // namespace
 
 Tensor step_product(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
-                    const std::optional<Tensor>& offset, const std::shared_ptr<PendingFactors>& pending) {
-  check_pending(pending, "step_product");
-  const Tensor bias_ = bias.value_or(Tensor()), offset_ = offset.value_or(Tensor());
-  Tensor out;
-  {
-    at::NoGradGuard no_grad;  // the same operations as the Python node, for the same rounding
-    out = x.mm(weight.t());
-    if (bias_.defined()) out = out + bias_;
-    if (offset_.defined()) out = out + offset_;
-  }
-  if (auto node = record_node<StepProductBackward>(out, x, weight, bias_, offset_)) {
-    node->x = SavedVariable(x, false);
-    node->weight = SavedVariable(weight, false);
-    node->pending = pending;
-    node->has_offset = offset_.defined();
-  }
-  return out;
+                    const std::optional<Tensor>& offset, const c10::intrusive_ptr<PendingFactors>& pending) {
+  return StepProductBackward::apply(x, weight, bias, offset, pending);
 }
 
-namespace {
-Tensor step_operand(const Tensor& row, const Tensor& operand, bool is_score,
-                    const std::shared_ptr<PendingFactors>& pending) {
-  check_pending(pending, is_score ? "step_score" : "step_read");
-  Tensor out;
-  {
-    at::NoGradGuard no_grad;
-    out = row_times(row, is_score ? operand.transpose(1, 2) : operand);
-  }
-  if (auto node = record_node<StepOperandBackward>(out, row, operand)) {
-    node->row = SavedVariable(row, false);
-    node->operand = SavedVariable(operand, false);
-    node->pending = pending;
-    node->is_score = is_score;
-  }
-  return out;
-}
-}  // namespace
-
-Tensor step_read(const Tensor& weights, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
-  return step_operand(weights, operand, /*is_score=*/false, pending);
+Tensor step_read(const Tensor& weights, const Tensor& operand, const c10::intrusive_ptr<PendingFactors>& pending) {
+  return StepReadBackward::apply(weights, operand, pending);
 }
 
-Tensor step_score(const Tensor& query, const Tensor& operand, const std::shared_ptr<PendingFactors>& pending) {
-  return step_operand(query, operand, /*is_score=*/true, pending);
+Tensor step_score(const Tensor& query, const Tensor& operand, const c10::intrusive_ptr<PendingFactors>& pending) {
+  return StepScoreBackward::apply(query, operand, pending);
 }
 
 Tensor gru_step(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hidden) {

@@ -16,15 +16,18 @@ path (``fairseq_monoattn/fast_path.py``) is the one place that calls them and sa
     mixed_focus                                the mix of the content and the location focus,
                                                one node (cross_attention.py)
     step_product, step_read, step_score        the per-step products (step_linear.py), with
-    PendingFactors                             the factors their backward passes file
+    PendingFactors                             the factors their backward passes file (a custom
+                                               class torch knows, so a node's context keeps it)
     decoder_loop                               the GRU decoder's whole time loop in training,
                                                one node (models/gru_seq2seq.py; the built-in
                                                content scorer and location entries, one layer)
 
-They take CPU tensors of float32 or float64 (``KINDS``) outside autocast; ``FAIRSEQ_MONOATTN_COMPILED=0``
-switches them off for models built afterwards. Outputs and gradients are the reference's to float
-rounding (another order of the same operations, and the C library's exp in the location focus and
-the mix; tests/test_modules.py, tests/test_decoder_loop.py).
+Each autograd node is a ``torch::autograd::Function``: the C++ uses torch's public extension API
+only (torch/extension.h, no internal autograd headers). They take CPU tensors of float32 or float64
+(``KINDS``) outside autocast; ``FAIRSEQ_MONOATTN_COMPILED=0`` switches them off for models built
+afterwards. Outputs and gradients are the reference's to float rounding (another order of the same
+operations, and the C library's exp in the location focus and the mix): tests/test_fast_path_twins.py
+names each kernel with the Python code it stands for and compares the two.
 """
 
 import os
