@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from monoattn_lab.benchmarking import ensure_copy_data, reference_args, train_once
+from monoattn_lab.benchmarking import PLUGIN_TASK, ensure_copy_data, reference_args, train_once
 
 PRESETS = ("gru_onestep", "gru_mix_monoattn", "transformer_monoattn_recency")
 REPO = Path(__file__).resolve().parents[1]
@@ -89,9 +89,10 @@ def main(argv=None) -> int:
     device_args = ["--cpu"] if args.cpu else []
     rows = ["preset\twps\treference\treference wps\tratio"]
     for preset in args.presets:
-        model_wps, _ = train_once(data, ["--arch", preset, *device_args], args.updates, args.interval)
+        # both in the plugin's task: the same batches and the same fairseq around the preset and its reference
+        model_wps, _ = train_once(data, ["--arch", preset, *PLUGIN_TASK, *device_args], args.updates, args.interval)
         reference = reference_args(preset)
-        reference_wps, _ = train_once(data, [*reference, *device_args], args.updates, args.interval)
+        reference_wps, _ = train_once(data, [*reference, *PLUGIN_TASK, *device_args], args.updates, args.interval)
         rows.append(f"{preset}\t{model_wps:.0f}\t{reference[1]}\t{reference_wps:.0f}\t{model_wps / reference_wps:.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(rows) + "\n")
