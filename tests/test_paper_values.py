@@ -9,11 +9,11 @@ the file with the cells of the tex's tables, parsed by :func:`tex_cells` (which 
 on a small table written here)."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from package_build import build_python_package
 
 from fairseq_monoattn.catalog import TABLE2_TASKS, TABLE6_TASKS, TASKS
 from monoattn_lab.paper_values import (
@@ -390,19 +390,8 @@ def test_the_commands_refuse_a_bad_values_file_in_one_line_before_any_work(tmp_p
 
 def test_the_package_ships_the_values_file(tmp_path):
     """setup.py's package_data puts the file beside its reader in a built package (what an
-    installed lab reads).  torch is kept out of the build's process: setup.py then leaves the C++
-    kernels out, and builds the Python files and data alone (in seconds)."""
-    built, eggs = tmp_path / "build", tmp_path / "egg"
-    eggs.mkdir()
-    build = (
-        "import runpy, sys\n"
-        "sys.modules['torch'] = None\n"
-        f"sys.argv = ['setup.py', '-q', 'egg_info', '--egg-base', {str(eggs)!r}, 'build_py', '--build-lib', "
-        f"{str(built)!r}]\n"
-        "runpy.run_path('setup.py', run_name='__main__')\n"
-    )
-    subprocess.run([sys.executable, "-c", build], cwd=REPO_ROOT, check=True, capture_output=True)
-    shipped = built / PAPER_VALUES_FILE.relative_to(REPO_ROOT)
+    installed lab reads)."""
+    shipped = build_python_package(tmp_path) / PAPER_VALUES_FILE.relative_to(REPO_ROOT)
     assert shipped.with_suffix(".py").is_file()
     assert shipped.read_bytes() == PAPER_VALUES_FILE.read_bytes()
 
