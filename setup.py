@@ -76,7 +76,7 @@ setup(
     package_data={
         "fairseq_monoattn.data": ["files/**/*"],
         "fairseq_monoattn": ["csrc/*.cpp", "csrc/*.h"],
-        "monoattn_lab": ["paper_values.tsv"],  # the paper's numbers, read by aggregate
+        "monoattn_lab": ["paper_values.tsv", "field_values.tsv"],  # the paper's and the field's numbers
     },
     include_package_data=True,
     entry_points={
