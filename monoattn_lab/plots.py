@@ -54,14 +54,25 @@ def curves(records: Sequence[dict], task: str, variant: Variants = DEFAULT_VARIA
 
 
 def plot_task(records: Sequence[dict], task: str, out: Path, variant: Variants = DEFAULT_VARIANT) -> Path:
-    plt = pyplot()
     lines = curves(records, task, variant)
     if not lines:
         raise ValueError(f"no records of {task} ({variant}) with test lengths")
+    return draw_lines(
+        {arch.replace("gru_", ""): points for arch, points in lines.items()},
+        task,
+        out,
+        "exact match % (median over seeds)",
+    )
+
+
+def draw_lines(lines: Dict[str, List[tuple]], task: str, out: Path, ylabel: str, name: str = "length") -> Path:
+    """OUT/NAME_TASK.png: a line per label of ``lines`` ({label: [(length, median, lowest, highest,
+    seeds)]}), the range of the seeds shaded, the task's training lengths marked."""
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 4.2))
-    for arch in sorted(lines):
-        lengths, median, low, high, _ = zip(*lines[arch])
-        (line,) = axis.plot(lengths, median, marker="o", markersize=3, label=arch.replace("gru_", ""))
+    for label in sorted(lines):
+        lengths, median, low, high, _ = zip(*lines[label])
+        (line,) = axis.plot(lengths, median, marker="o", markersize=3, label=label)
         axis.fill_between(lengths, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     train_lengths = TASKS[task].train_lengths if task in TASKS else None
     if train_lengths:
@@ -72,12 +83,12 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: Variants =
     axis.set_xticklabels([str(n) for n in all_lengths])
     axis.set_ylim(-2, 102)
     axis.set_xlabel("test length")
-    axis.set_ylabel("exact match % (median over seeds)")
+    axis.set_ylabel(ylabel)
     seeds = max(p[4] for points in lines.values() for p in points)
     axis.set_title(f"{title(task)}: accuracy against length (up to {seeds} seeds, range shaded)")
     axis.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"length_{task}.png"
+    path = out / f"{name}_{task}.png"
     figure.savefig(path, dpi=110, bbox_inches="tight")  # the legend right of the axes and the title included
     plt.close(figure)
     return path

@@ -20,6 +20,7 @@ from fairseq_monoattn.catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, 
 
 from .records import read_records, run_seconds
 from .spec import RunError, RunSpec
+from .workbench import workbench_sweeps
 
 MAX_EPOCH = 25
 STOP_AFTER_PERFECT = 3
@@ -70,6 +71,8 @@ class Sweep:
     user_dir: Optional[str] = None
     variant: str = "default"  # a name for ``options`` (the records' folder)
     options: Tuple[str, ...] = ()  # extra fairseq-train options of every run
+    # or several option sets, each (variant, options), every cell run under each of them in turn
+    variants: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     # where its records go unless --results says otherwise; None: WORK/NAME-results, beside the work
     # folder's checkpoints, apart from every committed results folder (the smoke sweep's budget is not
     # the paper sweeps', and its cells are theirs)
@@ -109,10 +112,11 @@ class Sweep:
                 stop_after_perfect=self.stop_after_perfect,
                 recipe=self.recipe,
                 user_dir=self.user_dir,
-                variant=self.variant,
-                options=self.options,
+                variant=variant,
+                options=options,
             )
             for seed in seeds
+            for variant, options in self.variants or ((self.variant, self.options),)
             for task, arch in self.cells
             if seed in self.seeds or seed in self.extra_seeds.get((task, arch), ())
         ]
@@ -240,6 +244,11 @@ register(
         results=TRANSFORMER_RESULTS,
     )
 )
+
+
+# The workbench (workbench.py): the field's tasks and position schemes beside the paper's models.
+for _sweep in workbench_sweeps(Sweep, MAX_EPOCH, STOP_AFTER_PERFECT):
+    register(_sweep)
 
 
 def get_sweep(name: str) -> Sweep:

@@ -68,6 +68,16 @@ def build_parser() -> Parser:
     )
     against.add_argument("earlier", type=Path, metavar="DIR", help="the other results folder")
     add_variant(against, "to compare (--seeds: only those seeds' runs)")
+    workbench = views.add_parser(
+        "workbench",
+        help="the workbench's table: every row, the probing tasks, the field's benchmark, the SCAN cutoffs",
+        description="The workbench's table from the records of its sweeps (each in the results folder it "
+        "names, relative to the current folder) and table2's, with the field's published numbers beside ours.",
+    )
+    workbench.add_argument(
+        "--update", type=Path, default=None, metavar="FILE", help="rewrite its generated part of FILE, keep the rest"
+    )
+    add_plots(workbench, "also draw accuracy against length per benchmark task into DIR (linked from the table)")
     return parser
 
 
@@ -78,6 +88,8 @@ def add_plots(parser: argparse.ArgumentParser, help_text: str) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.view == "workbench":
+        return show_workbench(args)
     if not args.results.is_dir():
         parser.error(f"--results {args.results}: no such folder")
     from ..paper_values import PaperValuesError, paper_values
@@ -214,6 +226,42 @@ def show_against(parser, args, records, problems) -> int:
         print(f"unreadable record: {problem}", file=sys.stderr)
     print(rerun_table(records, earlier, args.variant))
     return 1 if problems or earlier_problems else 0
+
+
+def show_workbench(args) -> int:
+    from .. import workbench
+    from ..aggregate import update_file
+    from ..field_values import FieldValuesError, field_values
+    from ..outdated import outdated_records
+
+    try:
+        published = field_values()
+    except FieldValuesError as error:
+        fail(str(error))
+    records, sweeps = workbench.Records(), workbench.table_sweeps()
+    plots = {}
+    if args.plots is not None:
+        base = args.update.parent if args.update else Path(".")
+        pictures = workbench.plot_lengths(records, sweeps, args.plots)
+        plots = {task: os.path.relpath(path, base) for task, path in pictures.items()}
+    text = workbench.render(records, sweeps, published, plots)
+    tabled = [r for folder in records.folders.values() for r in folder.values()]
+    outdated = outdated_records(tabled)
+    if outdated:
+        first = outdated[0][0]
+        fail(
+            f"{len(outdated)} records of the workbench's sweeps were trained with other model options than their "
+            f"commands build now (the first: {first['task']}/{first['arch']}/{first['variant']}/seed{first['seed']}); "
+            "run them again; nothing was written"
+        )
+    if args.update is None:
+        print(text, end="")
+    else:
+        update_file(args.update, text, name="workbench")
+        print(f"updated {args.update}" + (f"; {len(plots)} pictures in {args.plots}" if plots else ""))
+    for problem in records.problems:
+        print(f"unreadable record: {problem}", file=sys.stderr)
+    return 1 if records.problems else 0
 
 
 VIEWS = {"tables": show_tables, "variants": show_variants, "release": show_release, "against": show_against}

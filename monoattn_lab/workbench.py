@@ -1,0 +1,278 @@
+"""The workbench: the paper's GRU models, the same with noise in the encoder's state, fairseq's
+Transformer under each position scheme and its location presets, in one table whose columns are the
+paper's probing tasks, the transduction tasks of Delétang et al. (ICLR 2023) and the SCAN length
+cutoffs of Newman et al. (2020).
+
+    fairseq-monoattn-sweep run workbench-benchmark-gru --jobs 2       # one block: columns x rows
+    fairseq-monoattn-aggregate workbench --update RESULTS.md           # the table, from the records
+
+A block is one group of columns (:data:`BLOCKS`) against one group of rows (:data:`ROW_GROUPS`),
+and one sweep (``workbench-BLOCK-GROUP``).  Every model of a block trains on the block's budget
+with the same seeds; the table says where seeds are missing.  The paper's GRU models on the
+probing tasks are the ``table2`` sweep's runs (the same budget), which the table reads where they
+are.  What a cell shows is the block's ``measure``, the median over seeds.
+"""
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fairseq_monoattn.catalog import DELETANG_TASKS, DELETANG_TEST_SPLITS, PROBING_TASKS, SCAN_CUTOFFS, TASKS, title
+from fairseq_monoattn.metrics import mean_per_token_accuracy
+
+WORKBENCH_RESULTS = "results/workbench"
+WORKBENCH_SEEDS = (1, 2, 3)
+SOLVED = 90.0  # Delétang et al.'s mark: per-token accuracy >= 90 % averaged over the test lengths
+
+
+@dataclass(frozen=True)
+class Row:
+    """A model of the table: a preset and the options (named by ``variant``) it trains with."""
+
+    label: str
+    arch: str
+    variant: str = "default"
+    options: Tuple[str, ...] = ()
+
+
+STATE_NOISE = ("--encoder-state-noise", "0.2")
+GRU_MODELS = (
+    ("Content", "gru_content"),
+    ("Relative", "gru_relative"),
+    ("OneStep", "gru_onestep"),
+    ("MonoAttn", "gru_monoattn"),
+    ("Mix MonoAttn PR", "gru_mix_monoattn_pr"),
+)
+POSITION_ROWS = (
+    ("sinusoidal", "sinusoidal positions"),
+    ("learned", "learned positions"),
+    ("none", "no positions (NoPE)"),
+    ("rope", "RoPE"),
+    ("alibi", "ALiBi"),
+    ("fire", "FIRE"),
+    ("randomized", "randomized sinusoidal positions"),
+)
+ROW_GROUPS: Dict[str, Tuple[Row, ...]] = {
+    "gru": tuple(Row(f"GRU {name}", arch) for name, arch in GRU_MODELS)
+    + tuple(Row(f"GRU {name}, state noise 0.2", arch, "state-noise0.2", STATE_NOISE) for name, arch in GRU_MODELS),
+    "positions": tuple(
+        Row(f"Transformer, {label}", "transformer_small", f"positions-{scheme}", ("--positions", scheme))
+        for scheme, label in POSITION_ROWS
+    ),
+    "location": (
+        Row("Transformer OneStep (recency)", "transformer_onestep_recency"),
+        Row("Transformer MonoAttn (recency)", "transformer_monoattn_recency"),
+    ),
+}
+ROWS: Tuple[Row, ...] = tuple(row for rows in ROW_GROUPS.values() for row in rows)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A group of columns, the budget its runs train on and what its cells show."""
+
+    name: str
+    title: str
+    tasks: Tuple[str, ...]
+    max_epoch: Optional[int]  # None: the paper sweeps' budget (the probing tasks' runs of table2 are shared)
+    measure: str  # "longest": exact match at the longest test length; "per_token": Delétang's score; "test"
+
+    def value(self, record: dict) -> Optional[float]:
+        """The number a record gives this block's cell, None where the record lacks a split."""
+        splits = record["splits"]
+        if self.measure == "per_token":
+            task = DELETANG_TASKS[record["task"]]
+            try:
+                return mean_per_token_accuracy(
+                    splits, DELETANG_TEST_SPLITS, with_eos=task.accuracy_key == "per_token_accuracy_with_eos"
+                )
+            except ValueError:
+                return None
+        split = TASKS[record["task"]].length_splits[-1] if self.measure == "longest" else "test"
+        return splits[split]["accuracy"] if split in splits else None
+
+    def heading(self, task: str) -> str:
+        if self.measure == "longest":
+            return f"{title(task)} ({TASKS[task].length_splits[-1][4:]})"
+        return title(task).replace("SCAN (length cutoff ", "SCAN ≤").rstrip(")")
+
+
+BENCHMARK_EPOCHS = 10  # 10,000 training examples an epoch in batches of 32: 3,130 updates
+SCAN_CUTOFF_EPOCHS = 10
+BLOCKS: Dict[str, Block] = {
+    block.name: block
+    for block in (
+        Block("probing", "the paper's probing tasks: exact match % at the longest test length", PROBING_TASKS,
+              None, "longest"),
+        Block("benchmark", "Delétang et al.'s transduction tasks: per-token accuracy % over test lengths 50-500",
+              tuple(DELETANG_TASKS), BENCHMARK_EPOCHS, "per_token"),
+        Block("scan-cutoffs", "SCAN length cutoffs: exact match % of the commands longer than the cutoff",
+              tuple(f"scan_cutoff{n}" for n in SCAN_CUTOFFS), SCAN_CUTOFF_EPOCHS, "test"),
+    )
+}  # fmt: skip
+
+
+def sweep_name(block: str, group: str) -> str:
+    return f"workbench-{block}-{group}"
+
+
+def workbench_sweeps(sweep_class, paper_epochs: int, stop_after_perfect: int) -> List:
+    """The sweeps (``sweep_class``: sweeps.Sweep) of every block, one per (block, row group); the
+    paper's GRU models on the probing tasks are left to ``table2``, whose budget is ``paper_epochs``
+    and whose early stop every block shares."""
+    sweeps = []
+    for block in BLOCKS.values():
+        for group, rows in ROW_GROUPS.items():
+            if block.name == "probing" and group == "gru":
+                rows = tuple(row for row in rows if row.variant != "default")
+            archs = tuple(dict.fromkeys(row.arch for row in rows))
+            variants = tuple(dict.fromkeys((row.variant, row.options) for row in rows))
+            sweeps.append(
+                sweep_class(
+                    sweep_name(block.name, group),
+                    f"{block.title}; {group} rows",
+                    tuple((task, arch) for task in block.tasks for arch in archs),
+                    seeds=WORKBENCH_SEEDS,
+                    max_epoch=block.max_epoch or paper_epochs,
+                    stop_after_perfect=stop_after_perfect,
+                    variants=variants,
+                    results=WORKBENCH_RESULTS,
+                )
+            )
+    return sweeps
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+class Records:
+    """The records of the sweeps' results folders, each folder read once: ``of(folder)`` maps a
+    record's path to the record; ``problems`` lists the files that could not be read."""
+
+    def __init__(self):
+        self.folders: Dict[str, Dict[str, dict]] = {}
+        self.problems: List[str] = []
+
+    def of(self, folder: Path) -> Dict[str, dict]:
+        from .records import read_records
+        from .spec import record_place
+
+        if str(folder) not in self.folders:
+            records, problems = read_records(folder) if Path(folder).is_dir() else ([], [])
+            self.problems += problems
+            self.folders[str(folder)] = {
+                str(record_place(folder, r["task"], r["arch"], r["variant"], r["seed"])): r for r in records
+            }
+        return self.folders[str(folder)]
+
+
+def cell_records(records: Records, sweeps: Sequence, row: Row, task: str) -> List[dict]:
+    """The records of ``row`` on ``task`` that the first sweep with that cell made (its budget,
+    options and seeds: a record of another budget in its place is not the cell's)."""
+    from .records import check_record_matches
+    from .spec import RunError
+
+    for sweep in sweeps:
+        specs = [s for s in sweep.specs() if (s.task, s.arch, s.variant) == (task, row.arch, row.variant)]
+        if not specs:
+            continue
+        folder = sweep.results_folder(Path("work"))
+        found = []
+        for spec in specs:
+            record = records.of(folder).get(str(spec.record_path(folder)))
+            if record is None:
+                continue
+            try:
+                check_record_matches(record, spec, spec.record_path(folder))
+            except RunError:
+                continue
+            found.append(record)
+        return found
+    return []
+
+
+def table_sweeps() -> List:
+    """The sweeps whose records the table reads: table2 (the paper's GRU models on the probing
+    tasks) and the workbench's."""
+    from .sweeps import SWEEPS
+
+    return [SWEEPS["table2"]] + [sweep for name, sweep in SWEEPS.items() if name.startswith("workbench-")]
+
+
+def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots: Dict[str, str] = None) -> str:
+    """The workbench's tables in Markdown: one per block, every row, and under ours the published
+    numbers of the field (``field_rows``: field_values.FieldValue), marked as theirs; ``plots``:
+    {task: the path of its picture, relative to the file}."""
+    plots = plots or {}
+    lines = []
+    for block in BLOCKS.values():
+        seeds = len(WORKBENCH_SEEDS)
+        budget = next(s for s in sweeps if s.name.startswith(f"workbench-{block.name}-"))
+        lines += [
+            f"#### {block.title[0].upper()}{block.title[1:]}",
+            "",
+            f"Budget: at most {budget.max_epoch} epochs, stopping once greedy valid accuracy has been 100 for "
+            f"{budget.stop_after_perfect} epochs; seeds {', '.join(map(str, WORKBENCH_SEEDS))}; the median over "
+            f"the seeds, with (k/{seeds}) where only k seeds have records; – not run yet."
+            + (f" **Bold**: solved (at least {SOLVED:g})." if block.measure == "per_token" else ""),
+            "",
+            "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
+            "|---|" + "---:|" * len(block.tasks),
+        ]
+        for row in ROWS:
+            cells = []
+            for task in block.tasks:
+                values = [block.value(r) for r in cell_records(records, sweeps, row, task)]
+                cells.append(format_cell([v for v in values if v is not None], seeds, block.measure == "per_token"))
+            lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+        for published in field_rows:
+            if published.task in block.tasks:
+                cells = [f"{published.value:g} (theirs)" if task == published.task else "" for task in block.tasks]
+                where = f"{published.source}, {published.table}, p. {published.page}"
+                lines.append(f"| *{published.model} ({where})* | " + " | ".join(cells) + " |")
+        lines.append("")
+        pictures = [task for task in block.tasks if task in plots]
+        lines += [f"![{title(task)}: accuracy against length]({plots[task]})\n" for task in pictures]
+    return "\n".join(lines)
+
+
+def format_cell(values: Sequence[float], seeds: int, bold: bool = False) -> str:
+    """The median of ``values`` (one a seed) to one decimal, bold where it is solved (``bold``),
+    with (k/seeds) where fewer seeds than the block's have values; – where none has."""
+    if not values:
+        return "–"
+    median = statistics.median(values)
+    text = f"**{median:.1f}**" if bold and median >= SOLVED else f"{median:.1f}"
+    return text if len(values) >= seeds else f"{text} ({len(values)}/{seeds})"
+
+
+def length_curves(records: Records, sweeps: Sequence, task: str) -> Dict[str, List[tuple]]:
+    """{row label: [(length, median, lowest, highest, seeds)]}: each row's score at each test length
+    of ``task`` (per-token accuracy for Delétang et al.'s tasks, exact match otherwise)."""
+    from .plots import length_of
+
+    key = DELETANG_TASKS[task].accuracy_key if task in DELETANG_TASKS else "accuracy"
+    lines = {}
+    for row in ROWS:
+        by_length: Dict[int, List[float]] = {}
+        for record in cell_records(records, sweeps, row, task):
+            for split, scores in record["splits"].items():
+                if length_of(split) is not None and key in scores:
+                    by_length.setdefault(length_of(split), []).append(scores[key])
+        points = [(n, statistics.median(v), min(v), max(v), len(v)) for n, v in sorted(by_length.items())]
+        if len(points) >= 2:
+            lines[row.label] = points
+    return lines
+
+
+def plot_lengths(records: Records, sweeps: Sequence, out: Path) -> Dict[str, Path]:
+    """OUT/workbench_TASK.png for every benchmark task with a row at two or more test lengths."""
+    from .plots import draw_lines
+
+    pictures = {}
+    for task in BLOCKS["benchmark"].tasks:
+        lines = length_curves(records, sweeps, task)
+        if lines:
+            pictures[task] = draw_lines(lines, task, out, "per-token accuracy % (median over seeds)", "workbench")
+    return pictures

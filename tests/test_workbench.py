@@ -1,0 +1,149 @@
+"""The workbench's table: which sweep holds each cell, one budget per block, what a cell shows."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_monoattn.catalog import DELETANG_TASKS, DELETANG_TEST_SPLITS, SCAN_CUTOFFS
+from monoattn_lab import workbench
+from monoattn_lab.aggregate import update_file
+from monoattn_lab.field_values import FieldValue
+from monoattn_lab.sweeps import SWEEPS
+
+
+def test_every_cell_of_the_table_is_the_cell_of_exactly_one_sweep():
+    sweeps = workbench.table_sweeps()
+    holders = {}
+    for sweep in sweeps:
+        for spec in sweep.specs():
+            holders.setdefault((spec.task, spec.arch, spec.variant), set()).add(sweep.name)
+    for block in workbench.BLOCKS.values():
+        for row in workbench.ROWS:
+            for task in block.tasks:
+                names = holders.get((task, row.arch, row.variant))
+                assert names is not None and len(names) == 1, (block.name, row.label, task, names)
+                # the paper's GRU models on the probing tasks are table2's runs, every other cell the workbench's
+                paper_cell = block.name == "probing" and row.variant == "default" and row.arch.startswith("gru_")
+                assert (names == {"table2"}) == paper_cell
+
+
+def test_every_model_of_a_block_trains_on_the_same_budget_and_seeds():
+    for block in workbench.BLOCKS.values():
+        sweeps = [s for s in workbench.table_sweeps() if s.name.startswith(f"workbench-{block.name}-")]
+        assert len(sweeps) == len(workbench.ROW_GROUPS)
+        if block.name == "probing":
+            sweeps.append(SWEEPS["table2"])
+        budgets = {(s.max_epoch, s.stop_after_perfect, s.recipe, s.data_seed) for s in sweeps}
+        assert len(budgets) == 1, (block.name, budgets)
+        assert all(set(s.seeds) == set(workbench.WORKBENCH_SEEDS) for s in sweeps)
+        assert {task for s in sweeps for task, _ in s.cells} == set(block.tasks)
+    assert workbench.BLOCKS["scan-cutoffs"].tasks == tuple(f"scan_cutoff{n}" for n in SCAN_CUTOFFS)
+    assert set(workbench.BLOCKS["benchmark"].tasks) == set(DELETANG_TASKS)
+
+
+def test_each_row_runs_its_own_options_and_the_noise_rows_only_add_the_noise():
+    specs = [s for sweep in workbench.table_sweeps() if sweep.name.startswith("workbench-") for s in sweep.specs()]
+    for row in workbench.ROWS:
+        options = {s.options for s in specs if (s.arch, s.variant) == (row.arch, row.variant)}
+        assert options == {row.options}, row
+    noisy = [row for row in workbench.ROW_GROUPS["gru"] if row.variant != "default"]
+    assert [row.arch for row in noisy] == [arch for _, arch in workbench.GRU_MODELS]
+    assert {row.options for row in noisy} == {("--encoder-state-noise", "0.2")}
+    schemes = [row.options[1] for row in workbench.ROW_GROUPS["positions"]]
+    assert schemes == ["sinusoidal", "learned", "none", "rope", "alibi", "fire", "randomized"]
+
+
+def splits_with(per_token, accuracy=0.0, key="per_token_accuracy"):
+    return {split: {"accuracy": accuracy, key: value} for split, value in zip(DELETANG_TEST_SPLITS, per_token)}
+
+
+def test_a_benchmark_cell_is_the_mean_over_the_test_lengths_with_the_tasks_own_key():
+    block = workbench.BLOCKS["benchmark"]
+    scores = [100, 90, 80, 70, 60, 50, 40, 30, 20, 10]
+    record = {"task": "reverse_string", "splits": splits_with(scores)}
+    assert block.value(record) == pytest.approx(55.0)
+    # Stack Manipulation counts its termination token, a target token: still the plain per-token key
+    assert block.value({"task": "stack_manipulation", "splits": splits_with(scores)}) == pytest.approx(55.0)
+    # a record that lacks a length is no number at all, never the mean of the lengths it has
+    partial = {"task": "reverse_string", "splits": dict(list(splits_with(scores).items())[:-1])}
+    assert block.value(partial) is None
+    longest = workbench.BLOCKS["probing"]
+    assert longest.value({"task": "recopy", "splits": {"test15": {"accuracy": 90}, "test100": {"accuracy": 7}}}) == 7
+    assert longest.value({"task": "lookup", "splits": {"test11": {"accuracy": 3}}}) == 3
+
+
+def test_a_cell_is_the_median_bold_when_solved_and_says_how_many_seeds_it_has():
+    assert workbench.format_cell([91.0, 10.0, 95.0], 3, bold=True) == "**91.0**"
+    assert workbench.format_cell([91.0, 10.0, 95.0], 3) == "91.0"
+    assert workbench.format_cell([89.96], 3, bold=True) == "90.0 (1/3)"  # the median, not its rounding, decides
+    assert workbench.format_cell([40.0, 50.0], 3) == "45.0 (2/3)"
+    assert workbench.format_cell([], 3) == "–"
+
+
+def write_record(folder, spec, splits):
+    record = {
+        "task": spec.task,
+        "arch": spec.arch,
+        "variant": spec.variant,
+        "seed": spec.seed,
+        "options": list(spec.options),
+        "data_seed": spec.data_seed,
+        "max_epoch": spec.max_epoch,
+        "stop_after_perfect": spec.stop_after_perfect,
+        "recipe": spec.recipe,
+        "user_dir": spec.user_dir,
+        "splits": splits,
+    }
+    path = spec.record_path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return record
+
+
+def test_the_table_reads_each_cell_from_its_sweep_and_refuses_another_budget(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = SWEEPS["workbench-benchmark-gru"]
+    specs = [s for s in sweep.specs() if (s.task, s.arch, s.variant) == ("odds_first", "gru_onestep", "default")]
+    assert [s.seed for s in specs] == [1, 2, 3]
+    folder = sweep.results_folder(tmp_path)
+    write_record(folder, specs[0], splits_with([100] * 10))
+    write_record(folder, specs[1], splits_with([80] * 10))
+    # the same place, another budget: not this sweep's run, so not in the table
+    other = dataclasses.replace(specs[2], max_epoch=specs[2].max_epoch + 1)
+    write_record(folder, other, splits_with([0] * 10))
+    records = workbench.Records()
+    cell = workbench.cell_records(records, workbench.table_sweeps(), workbench.ROWS[2], "odds_first")
+    assert sorted(r["seed"] for r in cell) == [1, 2]
+    published = FieldValue("csordas2021", "abstract", "619", "scan_cutoff26", "relative", "exact_match", 100.0, "x", 1)
+    text = workbench.render(records, workbench.table_sweeps(), [published])
+    row = next(line for line in text.splitlines() if line.startswith("| GRU OneStep |") and "**90.0** (2/3)" in line)
+    assert row.split(" | ")[4] == "**90.0** (2/3)"  # Odds First is the benchmark block's fourth column
+    theirs = next(line for line in text.splitlines() if "(theirs)" in line)
+    assert theirs.split(" | ")[4] == "100 (theirs)" and "csordas2021, abstract, p. 619" in theirs  # SCAN <=26
+
+
+def test_two_generated_parts_of_one_file_are_rewritten_apart(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\nhand-written\n")
+    update_file(path, "tables one\n")
+    update_file(path, "workbench one\n", name="workbench")
+    path.write_text(path.read_text() + "closing words\n")
+    update_file(path, "workbench two\n", name="workbench")
+    update_file(path, "tables two\n")
+    text = path.read_text()
+    assert text.startswith("# Results\nhand-written\n") and text.endswith("closing words\n")
+    assert "tables two\n" in text and "workbench two\n" in text and "one\n" not in text
+    assert text.count("BEGIN GENERATED") == 2 and text.count("END GENERATED") == 2
+
+
+def test_the_workbench_view_writes_the_table_into_a_file(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    command = [sys.executable, "-m", "monoattn_lab.cli.aggregate", "workbench", "--update", str(out)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert text.count("| model |") == len(workbench.BLOCKS)
+    assert all(f"| {row.label} |" in text for row in workbench.ROWS)
