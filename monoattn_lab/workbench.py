@@ -232,9 +232,42 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
                 where = f"{published.source}, {published.table}, p. {published.page}"
                 lines.append(f"| *{published.model} ({where})* | " + " | ".join(cells) + " |")
         lines.append("")
+        if block.measure == "per_token":
+            lines += length_decisions(records, sweeps, block)
         pictures = [task for task in block.tasks if task in plots]
         lines += [f"![{title(task)}: accuracy against length]({plots[task]})\n" for task in pictures]
     return "\n".join(lines)
+
+
+def length_decisions(records: Records, sweeps: Sequence, block: Block) -> List[str]:
+    """Where long outputs go wrong: per row and task, the outputs at the longest test length that
+    are right but stop too early (a proper prefix of the target: the end-of-sequence decision of
+    Newman et al., 2020, not the reading, fails) and those that give the whole target and go on,
+    % of the split, the median over seeds."""
+    longest = DELETANG_TEST_SPLITS[-1]
+    lines = [
+        f"Outputs at length {longest[4:]} that are right but stop too early (a proper prefix of the target) / "
+        "that give the whole target and go on (% of the split, median over seeds): where the first is high, "
+        "the model reads right and its end-of-sequence decision fails.",
+        "",
+        "| model | " + " | ".join(title(task) for task in block.tasks) + " |",
+        "|---|" + "---:|" * len(block.tasks),
+    ]
+    for row in ROWS:
+        cells = []
+        for task in block.tasks:
+            shares = [
+                (100 * split["cut_short"] / split["size"], 100 * split["overran"] / split["size"])
+                for split in (r["splits"].get(longest) for r in cell_records(records, sweeps, row, task))
+                if split and split.get("size") and "cut_short" in split and "overran" in split
+            ]
+            cells.append(
+                f"{statistics.median(c for c, _ in shares):.0f} / {statistics.median(o for _, o in shares):.0f}"
+                if shares
+                else "–"
+            )
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def format_cell(values: Sequence[float], seeds: int, bold: bool = False) -> str:

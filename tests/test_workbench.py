@@ -145,5 +145,21 @@ def test_the_workbench_view_writes_the_table_into_a_file(tmp_path):
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     text = out.read_text()
-    assert text.count("| model |") == len(workbench.BLOCKS)
+    assert text.count("| model |") == len(workbench.BLOCKS) + 1  # and the benchmark's length decisions
     assert all(f"| {row.label} |" in text for row in workbench.ROWS)
+
+
+def test_the_length_decisions_are_the_shares_of_the_longest_split_cut_short_and_overrun(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = SWEEPS["workbench-benchmark-gru"]
+    specs = [s for s in sweep.specs() if (s.task, s.arch, s.variant) == ("reverse_string", "gru_monoattn", "default")]
+    folder = sweep.results_folder(tmp_path)
+    for spec, (cut, over) in zip(specs, [(82, 0), (40, 10), (0, 30)]):
+        splits = splits_with([50] * 10)
+        splits["test500"].update(size=200, cut_short=cut * 2, overran=over * 2)
+        splits["test450"].update(size=100, cut_short=100, overran=0)  # only the longest length counts
+        write_record(folder, spec, splits)
+    lines = workbench.length_decisions(workbench.Records(), workbench.table_sweeps(), workbench.BLOCKS["benchmark"])
+    row = next(line for line in lines if line.startswith("| GRU MonoAttn |"))
+    assert row.split(" | ")[1] == "40 / 10"  # medians of (82, 40, 0) and (0, 10, 30), Reverse String's column
+    assert next(line for line in lines if line.startswith("| GRU OneStep |")).split(" | ")[1] == "–"
