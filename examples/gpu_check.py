@@ -22,9 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from monoattn_lab.benchmarking import PLUGIN_TASK, ensure_copy_data, reference_args, train_once
+# torch and the benchmark (which imports fairseq) are imported where they are used: a usage error,
+# a --cpu run's options and the device tests' verdict need neither (seconds of imports for nothing)
 
 PRESETS = ("gru_onestep", "gru_mix_monoattn", "transformer_monoattn_recency")
 REPO = Path(__file__).resolve().parents[1]
@@ -48,18 +47,28 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.updates < 2 * args.interval:
         parser.error(f"--updates {args.updates}: at least twice --interval ({args.interval}), to time two intervals")
-    if not args.cpu and not torch.cuda.is_available():
+    if not args.cpu and not cuda_available():
         parser.error("torch sees no CUDA device here; pass --cpu to time on the CPU")
     if args.select is not None and args.tests is None:
         parser.error("--select chooses among the device tests: it needs --tests")
     return args
 
 
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def run_device_tests(summary: Path, select: str, timeout: float) -> bool:
     """Run the device tests that ``select`` (pytest -k) picks; write pytest's summary lines and one
     line of counts to ``summary``; whether they all passed (not when stopped after ``timeout``
     seconds).  None selected raises SystemExit: the run would check nothing."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "-k", select, str(DEVICE_TESTS)]
+    # pytest with fairseq imported before it: the suite's command server (tests/forked_commands.py),
+    # a process that imports fairseq again for the commands tests start, then stays unstarted; the
+    # device tests start no command
+    runner = "import sys, fairseq, pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    command = [sys.executable, "-c", runner, "-q", "-p", "no:cacheprovider", "-rfE", "-k", select, str(DEVICE_TESTS)]
     summary.parent.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -85,6 +94,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     device = "cpu" if args.cpu else "cuda"
     tests_passed = run_device_tests(args.tests, args.select or device, args.tests_timeout) if args.tests else True
+    from monoattn_lab.benchmarking import PLUGIN_TASK, ensure_copy_data, reference_args, train_once
+
     data = ensure_copy_data(args.work)
     device_args = ["--cpu"] if args.cpu else []
     rows = ["preset\twps\treference\treference wps\tratio"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from forked_commands import script_argv
+from forked_commands import command as forked_command
 
 from fairseq_monoattn.testing import build, digit_dictionary
 
@@ -103,13 +103,10 @@ def test_a_checkpoint_from_before_the_step_modules_loads():
 
 
 def command(name, *argv, cwd):
-    return subprocess.run(
-        [*script_argv(f"fairseq-monoattn-{name}"), *map(str, argv)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
+    """fairseq-monoattn-NAME ARGV in ``cwd``, forked from the tests' command server (the plugin
+    imported by the command, as by a new process; tests/forked_commands.py): what it writes and
+    its exit status are a new process's, without a fresh interpreter's start-up for each."""
+    return forked_command(f"fairseq-monoattn-{name}", *argv, cwd=cwd, timeout=300)
 
 
 BAD_CALLS = [

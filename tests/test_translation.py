@@ -9,17 +9,13 @@ import translation_corpus
 from fairseq_cli_helpers import USER_DIR, hypotheses, run_command
 
 
-@pytest.mark.parametrize(
-    "arch, lr, epochs",
-    [  # Transformers want a lower lr
-        pytest.param("gru_mix_onestep", "3e-3", "6", marks=pytest.mark.long(26)),
-        pytest.param("transformer_mix_onestep", "1e-3", "10", marks=pytest.mark.long(47)),
-    ],
-)
-def test_translation_task_end_to_end(tmp_path, arch, lr, epochs):
+@pytest.fixture(scope="module")
+def binarized(tmp_path_factory):
+    """The corpus binarized by fairseq-preprocess once, for both trainings: (splits, data folder)."""
+    root = tmp_path_factory.mktemp("translation")
     splits = translation_corpus.corpus(seed=0)
-    translation_corpus.write(splits, tmp_path / "raw")
-    raw, data = tmp_path / "raw", tmp_path / "bin"
+    translation_corpus.write(splits, root / "raw")
+    raw, data = root / "raw", root / "bin"
     run_command(
         "fairseq-preprocess",
         "--source-lang",
@@ -37,6 +33,18 @@ def test_translation_task_end_to_end(tmp_path, arch, lr, epochs):
         "--workers",
         "1",
     )
+    return splits, data
+
+
+@pytest.mark.parametrize(
+    "arch, lr, epochs",
+    [  # Transformers want a lower lr
+        pytest.param("gru_mix_onestep", "3e-3", "6", marks=pytest.mark.long(26)),
+        pytest.param("transformer_mix_onestep", "1e-3", "10", marks=pytest.mark.long(47)),
+    ],
+)
+def test_translation_task_end_to_end(tmp_path, binarized, arch, lr, epochs):
+    splits, data = binarized
     src_dict = (data / "dict.src.txt").read_text().split()[::2]
     tgt_dict = (data / "dict.tgt.txt").read_text().split()[::2]
     assert not set(src_dict) & set(tgt_dict)  # really two vocabularies
