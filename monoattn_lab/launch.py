@@ -7,7 +7,8 @@ cores this process may use, each with ``OMP_NUM_THREADS`` = the size of its shar
 is a separate ``python -m monoattn_lab.worker`` process, so a crash or a kill
 loses that run's current epoch only (it resumes from ``checkpoint_last.pt``).
 
-submitit: one array job, one task per run; ``requeue`` on preemption comes from submitit's
+submitit: one array job, one task per run, which trains as a local worker does (its fairseq-train
+forked from a server that imported fairseq once); ``requeue`` on preemption comes from submitit's
 checkpointing (a preempted run is requeued and resumes from its last checkpoint).
 
 Either way, a run whose folder another process holds (another sweep over the same work
@@ -342,9 +343,16 @@ class RequeueableRun:
         self.work, self.results = Path(work), Path(results)
 
     def __call__(self, spec: RunSpec) -> dict:
-        """The run's record, or {"skipped": why} when another process is training it."""
+        """The run's record, or {"skipped": why} when another process is training it.  As the
+        local worker does, the task's fairseq-train is forked from a server that has imported
+        fairseq once (the task imports it to score anyway), not a new process importing it again."""
+        from .runs import check_not_busy
+        from .worker import forked_training
+
         try:
-            return run(spec, self.work, self.results)
+            check_not_busy(spec, self.work, self.results)  # before importing fairseq for a run it would skip
+            with forked_training() as forked:
+                return run(spec, self.work, self.results, forked=forked)
         except RunBusy as busy:
             return {"skipped": str(busy)}
 

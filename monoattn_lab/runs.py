@@ -91,14 +91,37 @@ def run(spec: RunSpec, work: Path, results: Path, log=print, forked=None) -> dic
     data = prepared_data(spec, work)
     run_dir = spec.run_dir(work)
     # one process trains a run at a time: a second sweep over the same work folder skips it
-    busy = (
-        f"{spec.key} is being trained by another process in {run_dir} (it holds "
-        f"{run_dir / '.lock'}); nothing was changed"
-    )
-    with file_lock(run_dir / ".lock", busy=busy):
+    with file_lock(run_dir / ".lock", busy=busy_message(spec, run_dir)):
         if record_path.exists():  # the other process finished it while this one prepared the data
             return existing_record(spec, record_path)
         return train_score_record(spec, data, run_dir, record_path, log, forked)
+
+
+def busy_message(spec: RunSpec, run_dir: Path) -> str:
+    return (
+        f"{spec.key} is being trained by another process in {run_dir} (it holds "
+        f"{run_dir / '.lock'}); nothing was changed"
+    )
+
+
+def check_not_busy(spec: RunSpec, work: Path, results: Path) -> None:
+    """Raise the RunBusy that :func:`run` would raise when another process holds the run's lock
+    now, creating nothing: a worker asks before it imports fairseq for a run it would only skip.
+    (A run with a record is :func:`run`'s to answer; the lock is taken again by :func:`run`.)"""
+    run_dir = spec.run_dir(work)
+    lock = run_dir / ".lock"
+    if spec.record_path(results).exists() or not lock.exists():
+        return
+    try:
+        handle = open(lock)
+    except FileNotFoundError:  # gone meanwhile: run() takes it
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunBusy(busy_message(spec, run_dir)) from None
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def existing_record(spec: RunSpec, record_path: Path) -> dict:

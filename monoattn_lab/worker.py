@@ -2,9 +2,10 @@
 
 python -m monoattn_lab.worker SPEC_JSON WORK RESULTS
 
-Before anything else the worker imports what fairseq-train needs and forks the command server
-that will start its training (:class:`~.processes.CommandServer`), so the run's training starts
-without importing torch and fairseq a second time.
+A run whose folder another process holds now (a second sweep over the same work folder) is skipped
+at once.  Otherwise, before anything else, the worker imports what fairseq-train needs and forks
+the command server that will start its training (:class:`~.processes.CommandServer`), so the run's
+training starts without importing torch and fairseq a second time.
 """
 
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from .launch import spec_from_json
 from .processes import FAIRSEQ_TRAIN, CommandServer, preload_fairseq_train
-from .runs import run
+from .runs import check_not_busy, run
 from .spec import BUSY_EXIT, INTERRUPTED_EXIT, RunBusy, RunError
 
 
@@ -35,6 +36,7 @@ def main(argv=None) -> int:
     spec_json, work, results = argv if argv is not None else sys.argv[1:]
     spec = spec_from_json(spec_json)
     try:
+        check_not_busy(spec, Path(work), Path(results))  # before importing fairseq for a run it would skip
         with forked_training() as forked:
             run(spec, Path(work), Path(results), log=lambda line: print(line, flush=True), forked=forked)
     except RunBusy as busy:

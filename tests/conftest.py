@@ -101,6 +101,22 @@ class Prepared:
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One finished tiny run (fairseq_cli_helpers.tiny_spec(): Copy, gru_onestep, seed 3, 2
+    epochs), trained once for every test file that reads a finished run: (work, results, spec,
+    record).  A test that changes one of its files puts it back (or works on a copy)."""
+    from fairseq_cli_helpers import tiny_spec, with_tiny_data
+
+    from monoattn_lab.runs import run
+
+    root = tmp_path_factory.mktemp("tiny-run")
+    work, results = root / "work", root / "results"
+    (spec,) = with_tiny_data(work, tiny_spec())
+    record = run(spec, work, results, forked=forked_commands.training_server())
+    return work, results, spec, record
+
+
+@pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     """prepared(task, seed=1, data_dir=None) -> Prepared; each combination prepared once."""
     from fairseq_monoattn.data.prepare import prepare

@@ -108,3 +108,10 @@ def new_process(name: str, *argv, cwd=None, env=None, timeout: Optional[float] =
 
 def server_running() -> bool:
     return _server is not None and _server.alive()
+
+
+def training_server() -> Optional["CommandServer"]:
+    """The command server, for ``monoattn_lab.runs.run(..., forked=training_server())``: the run's
+    fairseq-train is forked from it, as the lab's worker forks its own, instead of a new process
+    that imports torch and fairseq again; None without one (the run starts a process)."""
+    return _server if server_running() else None

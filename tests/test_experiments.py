@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fairseq_cli_helpers import tiny_spec, with_tiny_data
+from forked_commands import training_server
 
 from fairseq_monoattn.metrics import (
     Tally,
@@ -100,13 +101,9 @@ def test_levenshtein_equals_nltks_edit_distance():
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """One finished tiny run: (work, results, spec, record)."""
-    root = tmp_path_factory.mktemp("experiments")
-    work, results = root / "work", root / "results"
-    (spec,) = with_tiny_data(work, tiny_spec())
-    record = run(spec, work, results)
-    return work, results, spec, record
+def finished(tiny_run):
+    """One finished tiny run (conftest.py's, shared with test_faults.py): (work, results, spec, record)."""
+    return tiny_run
 
 
 def test_a_run_trains_scores_and_records(finished):
@@ -267,37 +264,6 @@ def test_score_makes_the_folder_of_out_before_it_writes_predictions(finished, tm
     }
 
 
-@pytest.mark.long(18)
-def test_local_launcher_runs_what_is_missing_once(tmp_path):
-    import torch
-
-    work, results = tmp_path / "work", tmp_path / "results"
-    specs = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
-    committed = []
-    outcome = launch.run_local(
-        specs, work, results, jobs=2, on_record=lambda s, p: committed.append(p), log=lambda line: None
-    )
-    assert outcome == {s.key: "ok" for s in specs}
-    assert sorted(committed) == sorted(s.record_path(results) for s in specs)
-    stamps = [s.record_path(results).stat().st_mtime_ns for s in specs]
-    lines = []
-    assert launch.run_local(specs, work, results, jobs=2, log=lines.append) == outcome
-    assert lines == ["2/2 runs done, 0 running, 0 left"]  # nothing ran
-    assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
-    # the worker's fairseq-train is a fork of the worker; it trains what the console script does
-    assert "training (fairseq-train forked from this worker)" in (specs[0].run_dir(work) / "worker.log").read_text()
-    console = tmp_path / "console"
-    with_tiny_data(console / "work", specs[0])
-    record = run(specs[0], console / "work", console / "results")  # this test's process: the command
-    assert record["valid_accuracy"] == json.loads(specs[0].record_path(results).read_text())["valid_accuracy"]
-    forked_model, console_model = (
-        torch.load(specs[0].run_dir(w) / "checkpoints" / "checkpoint_best.pt", weights_only=False)["model"]
-        for w in (work, console / "work")
-    )
-    assert forked_model.keys() == console_model.keys()
-    assert all(torch.equal(forked_model[k], console_model[k]) for k in forked_model)
-
-
 def hold_run_lock(run_dir):
     """Another process that holds ``run_dir``'s training lock until killed."""
     lock = run_dir / ".lock"
@@ -317,19 +283,27 @@ def hold_run_lock(run_dir):
     return holder
 
 
-@pytest.mark.long(18)
-def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
+@pytest.mark.long(24)
+def test_local_launcher_runs_what_is_missing_once_and_skips_a_run_another_process_is_training(tmp_path):
     """Two sweeps over one work folder: the run whose folder lock another process holds is
     neither trained nor counted as failed, its folder is left as it was, and once the other
-    process is gone the run trains as usual."""
+    process is gone the run trains as usual; each record is committed (on_record) once, as it
+    lands, and a sweep whose runs all have records runs nothing.  The worker's fairseq-train, a
+    fork of the worker, trains what the console script does."""
+    import torch
+
     work, results = tmp_path / "work", tmp_path / "results"
-    busy, free = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
+    specs = busy, free = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
+    committed = []
     holder = hold_run_lock(busy.run_dir(work))
     try:
         lines = []
-        outcome = launch.run_local([busy, free], work, results, jobs=1, log=lines.append)
+        outcome = launch.run_local(
+            specs, work, results, jobs=2, on_record=lambda s, p: committed.append(p), log=lines.append
+        )
         assert outcome[free.key] == "ok" and outcome[busy.key].startswith("skipped: another process is training it")
         assert lines[-1].endswith("ok. 1/2 runs done, 0 running, 0 left, 1 being trained by another process")
+        assert committed == [free.record_path(results)]  # not the skipped run
         assert not busy.record_path(results).exists()
         assert sorted(p.name for p in busy.run_dir(work).iterdir()) == [".lock", "worker.log"]
         assert "is being trained by another process" in (busy.run_dir(work) / "worker.log").read_text()
@@ -338,13 +312,71 @@ def test_a_run_another_process_is_training_is_skipped_untouched(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    assert launch.run_local([busy, free], work, results, jobs=1, log=lambda line: None) == {
-        busy.key: "ok",
-        free.key: "ok",
-    }
-    assert busy.record_path(results).exists()
+    outcome = launch.run_local(
+        specs, work, results, jobs=1, on_record=lambda s, p: committed.append(p), log=lambda line: None
+    )
+    assert outcome == {s.key: "ok" for s in specs}
+    assert sorted(committed) == sorted(s.record_path(results) for s in specs)
     # one job has every core, but the suite runs with OMP_NUM_THREADS=1 (conftest): one thread
     assert json.loads(busy.record_path(results).read_text())["training_threads"] == [1]
+    stamps = [s.record_path(results).stat().st_mtime_ns for s in specs]
+    lines = []
+    assert launch.run_local(specs, work, results, jobs=2, log=lines.append) == outcome
+    assert lines == ["2/2 runs done, 0 running, 0 left"]  # nothing ran
+    assert [s.record_path(results).stat().st_mtime_ns for s in specs] == stamps
+    # the worker's fairseq-train is a fork of the worker; it trains what the console script does
+    assert "training (fairseq-train forked from this worker)" in (busy.run_dir(work) / "worker.log").read_text()
+    console = tmp_path / "console"
+    with_tiny_data(console / "work", busy)
+    record = run(busy, console / "work", console / "results")  # this test's process: the command
+    assert record["valid_accuracy"] == json.loads(busy.record_path(results).read_text())["valid_accuracy"]
+    forked_model, console_model = (
+        torch.load(busy.run_dir(w) / "checkpoints" / "checkpoint_best.pt", weights_only=False)["model"]
+        for w in (work, console / "work")
+    )
+    assert forked_model.keys() == console_model.keys()
+    assert all(torch.equal(forked_model[k], console_model[k]) for k in forked_model)
+
+
+def test_a_worker_skips_a_run_another_process_is_training_before_it_imports_fairseq(tmp_path, monkeypatch, capsys):
+    """The worker asks for its run's lock before importing fairseq for the training (3-5
+    CPU-seconds): a run whose lock another process holds ends at once as skipped, with the
+    message run() gives; once the lock is free (or the run has a record, run()'s to answer) it goes
+    on to the training; without a run folder the question makes nothing."""
+    from monoattn_lab import worker
+    from monoattn_lab.runs import check_not_busy
+    from monoattn_lab.spec import BUSY_EXIT
+
+    class ReachedTheTraining(Exception):
+        pass
+
+    def training():
+        raise ReachedTheTraining
+
+    monkeypatch.setattr(worker, "forked_training", training)
+    work, results = tmp_path / "work", tmp_path / "results"
+    spec = tiny_spec(seed=1, max_epoch=1)
+    argv = [launch.spec_to_json(spec), str(work), str(results)]
+    check_not_busy(spec, work, results)
+    assert not work.exists()
+    holder = hold_run_lock(spec.run_dir(work))
+    try:
+        assert worker.main(argv) == BUSY_EXIT
+        lock = spec.run_dir(work) / ".lock"
+        assert capsys.readouterr().err == (
+            f"skipped: {spec.key} is being trained by another process in {spec.run_dir(work)} (it holds {lock}); "
+            "nothing was changed\n"
+        )
+        spec.record_path(results).parent.mkdir(parents=True)
+        spec.record_path(results).write_text("{}")
+        check_not_busy(spec, work, results)  # a record: no question of the lock
+        spec.record_path(results).unlink()
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(ReachedTheTraining):
+        worker.main(argv)
+    assert sorted(p.name for p in spec.run_dir(work).iterdir()) == [".lock"]
 
 
 def test_local_runs_share_only_the_cores_the_sweep_may_use(monkeypatch):
@@ -394,45 +426,37 @@ def test_progress_counts_a_run_another_process_trains_as_done_once_its_record_la
     assert progress.line(1) == "2/3 runs done, 0 running, 0 left, 1 failed"
 
 
-@pytest.mark.long(19)
-def test_submitit_local_executor_produces_the_same_kind_of_records(tmp_path):
+@pytest.mark.long(22)
+def test_submitit_local_executor_records_runs_and_skips_a_run_another_process_is_training(tmp_path):
+    """Under submitit too a run trains, scores and records (a variant's options in its record);
+    a locked run's task ends at once as skipped, not failed, and leaves the run to the process
+    that holds it while the other run of the array is recorded; once free it is recorded, and
+    with every record there nothing is submitted."""
     submitit = pytest.importorskip("submitit")
     work, results = tmp_path / "work", tmp_path / "results"
-    specs = with_tiny_data(
+    specs = busy, free = with_tiny_data(
         work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1, variant="lr", options=("--lr", "2e-3"))
     )
-    executor = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
-    executor.update_parameters(timeout_min=10)
-    records = launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lambda line: None)
-    assert [r["seed"] for r in records] == [1, 2] and records[1]["options"] == ["--lr", "2e-3"]
-    assert all(s.record_path(results).exists() for s in specs)
-    assert (
-        launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lambda line: None) == []
-    )
-
-
-@pytest.mark.long(11)
-def test_submitit_skips_a_run_another_process_is_training(tmp_path):
-    """Under submitit too, a locked run's task ends at once as skipped, not failed, and leaves
-    the run to the process that holds it; the other run of the array is recorded."""
-    submitit = pytest.importorskip("submitit")
-    work, results = tmp_path / "work", tmp_path / "results"
-    busy, free = with_tiny_data(work, tiny_spec(seed=1, max_epoch=1), tiny_spec(seed=2, max_epoch=1))
     executor = submitit.LocalExecutor(folder=str(tmp_path / "submitit"))
     executor.update_parameters(timeout_min=10)
     holder = hold_run_lock(busy.run_dir(work))
     try:
         lines = []
-        outcomes = launch.run_submitit(
-            [busy, free], work, results, tmp_path / "submitit", executor=executor, log=lines.append
-        )
+        outcomes = launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lines.append)
     finally:
         holder.kill()
         holder.wait()
     assert "is being trained by another process" in outcomes[0]["skipped"] and outcomes[1]["seed"] == 2
+    assert outcomes[1]["options"] == ["--lr", "2e-3"]
     assert lines[-1] == "1 runs recorded, 1 skipped (being trained by another process)"
     assert free.record_path(results).exists() and not busy.record_path(results).exists()
     assert sorted(p.name for p in busy.run_dir(work).iterdir()) == [".lock"]
+    records = launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lambda line: None)
+    assert [r["seed"] for r in records] == [1] and records[0]["options"] == []  # the run without a record only
+    assert all(s.record_path(results).exists() for s in specs)
+    assert (
+        launch.run_submitit(specs, work, results, tmp_path / "submitit", executor=executor, log=lambda line: None) == []
+    )
 
 
 @pytest.mark.long(11)
@@ -461,7 +485,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     os.killpg(child.pid, signal.SIGKILL)  # the worker and its fairseq-train
     child.wait()
     assert last.exists() and not spec.record_path(results).exists()
-    record = run(spec, work, results)
+    record = run(spec, work, results, forked=training_server())
     log = (spec.run_dir(work) / "stdout.log").read_text()
     restored = re.search(r"Loaded checkpoint \S+ \(epoch (\d+) @", log)
     assert restored and 1 <= int(restored.group(1)) < 6  # resumed, not started again
@@ -509,9 +533,10 @@ FORKED_TRAINING_SCRIPT = """
 import json, sys, time
 from pathlib import Path
 from monoattn_lab import runs
-from monoattn_lab.processes import FAIRSEQ_TRAIN, CommandServer
+from monoattn_lab.processes import FAIRSEQ_TRAIN, CommandServer, preload_fairseq_train
 
 program, folder = sys.argv[1], Path(sys.argv[2])
+preload_fairseq_train()  # as the worker does before its server: each command starts with fairseq imported
 unused = CommandServer(FAIRSEQ_TRAIN)
 start = time.time()
 unused.close()  # the server exits when the pipe closes with no command
@@ -807,7 +832,7 @@ def test_the_cfq_sweep_prepares_its_data_from_data_dir_and_trains_the_papers_cfq
     data = prepared_data(spec, work, sample)
     assert json.loads((data / "manifest.json").read_text())["task"] == "cfq"
     assert prepared_data(spec, work) == data  # prepared once: the source is not needed again
-    record = run(spec, work, results)
+    record = run(spec, work, results, forked=training_server())
     config = record["model_config"]
     assert (
         config["encoder_embed_dim"],
@@ -1086,7 +1111,7 @@ def test_a_transformer_run_is_recorded_and_its_model_planned(tmp_path):
 
     work, results = tmp_path / "work", tmp_path / "results"
     (spec,) = with_tiny_data(work, tiny_spec(arch="transformer_onestep", max_epoch=1))
-    record = run(spec, work, results)
+    record = run(spec, work, results, forked=training_server())
     config = record["model_config"]
     assert config["_name"] == "transformer_onestep" and config["location_layers"] == "last"
     assert config["step_activation"] == "sigmoid" and "lr" not in config and "save_dir" not in config

@@ -16,7 +16,6 @@ from fairseq_cli_helpers import TINY, preprocess, rebinarized, swapped, tiny_spe
 from forked_commands import THREAD_ENV, command, script_argv
 
 from fairseq_monoattn.models.presets import PRESETS
-from monoattn_lab.runs import run
 
 ENV = dict(os.environ, **THREAD_ENV)
 
@@ -26,12 +25,10 @@ def error_lines(done):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """One finished tiny run: (work, results, spec, record, data folder, checkpoint)."""
-    root = tmp_path_factory.mktemp("faults")
-    work, results = root / "work", root / "results"
-    (spec,) = with_tiny_data(work, tiny_spec(seed=5))
-    record = run(spec, work, results)
+def trained(tiny_run):
+    """One finished tiny run (conftest.py's, shared with test_experiments.py): (work, results,
+    spec, record, data folder, checkpoint)."""
+    work, results, spec, record = tiny_run
     checkpoint = spec.run_dir(work) / "checkpoints" / "checkpoint_best.pt"
     return work, results, spec, record, spec.data_dir(work), checkpoint
 
@@ -282,37 +279,39 @@ def wait_for(condition, seconds: float):
     return condition()
 
 
-@pytest.mark.parametrize("when, long_examples", [("training", 40), ("scoring", 400)])
-@pytest.mark.long(21)
-def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path, when, long_examples):
-    """kill -9 of fairseq-monoattn-run, during training or while scoring: its worker and
-    fairseq-train stop with it (no orphan trains on), and the same command finishes the run."""
+@pytest.mark.long(30)
+def test_killing_the_runner_stops_its_children_and_the_run_resumes(tmp_path):
+    """kill -9 of fairseq-monoattn-run during training, and of the same command started again
+    while it scores: each time its worker and fairseq-train stop with it (no orphan trains on),
+    and the same command then finishes the run."""
     work, results = tmp_path / "work", tmp_path / "results"
     spec = tiny_spec(seed=2, max_epoch=4)
-    sizes = {**TINY, "test40": (long_examples, 40, 40)}  # 400: scoring long enough to be caught at it
+    sizes = {**TINY, "test40": (400, 40, 40)}  # 400 examples: scoring long enough to be caught at it
     write_copy_dataset(spec.data_dir(work), sizes, seed=spec.data_seed)
     argv = [
         "fairseq-monoattn-run", "copy", "--arch", "gru_onestep", "--seeds", "2", "--max-epoch", "4",
         "--stop-after-perfect", "0", "--work", work, "--results", results,
     ]  # fmt: skip
-    runner = subprocess.Popen([*script_argv(argv[0]), *map(str, argv[1:])], env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     run_dir = spec.run_dir(work)
-    if when == "training":
-        reached = wait_for(lambda: (run_dir / "checkpoints" / "checkpoint_last.pt").exists(), 240)
-    else:
-        log = run_dir / "worker.log"
-        reached = wait_for(lambda: log.exists() and "scoring checkpoint_best.pt" in log.read_text(), 300)
-    assert reached
-    assert processes_mentioning(str(work)), "no worker or training found"
-    os.kill(runner.pid, signal.SIGKILL)
-    runner.wait()
-    assert wait_for(lambda: not processes_mentioning(str(work)), 30), processes_mentioning(str(work))
-    assert not spec.record_path(results).exists()
+    log = run_dir / "worker.log"
+    for when in ("training", "scoring"):
+        logged = log.stat().st_size if log.exists() else 0  # what the runs before this one wrote
+        runner = subprocess.Popen([*script_argv(argv[0]), *map(str, argv[1:])], env=ENV, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        if when == "training":
+            reached = wait_for(lambda: (run_dir / "checkpoints" / "checkpoint_last.pt").exists(), 240)
+        else:
+            reached = wait_for(lambda start=logged: "scoring checkpoint_best.pt" in log.read_text()[start:], 300)
+        assert reached, when
+        assert processes_mentioning(str(work)), f"no worker or training found ({when})"
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        assert wait_for(lambda: not processes_mentioning(str(work)), 30), (when, processes_mentioning(str(work)))
+        assert not spec.record_path(results).exists(), when
     done = command(*argv)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     record = json.loads(spec.record_path(results).read_text())
-    assert record["epochs_run"] == 4 and record["splits"]["test40"]["size"] == long_examples
+    assert record["epochs_run"] == 4 and record["splits"]["test40"]["size"] == 400
 
 
 @pytest.mark.long(5)
@@ -344,7 +343,7 @@ def long_copy(tmp_path_factory):
     from fairseq_monoattn.data.prepare import prepare
 
     out = tmp_path_factory.mktemp("long") / "copy"
-    prepare("copy", out, seed=2, test_lengths=[37], test_size=24)
+    prepare("copy", out, seed=2, test_lengths=[37], test_size=12)
     return out
 
 
@@ -367,7 +366,7 @@ def long_copy_task(long_copy):
 @pytest.mark.parametrize("arch", sorted(PRESETS))
 def test_scores_do_not_depend_on_the_batch_size_for_any_preset(long_copy_task, arch):
     """Decoded in float64 (the scorer's default) in batches of 1, 7 and 256, every preset gives the
-    same greedy output for each of 24 length-37 inputs, and the same accuracy."""
+    same greedy output for each of 12 length-37 inputs (batches of 7: one full, one not), and the same accuracy."""
     from fairseq_monoattn.scoring import score_split
     from fairseq_monoattn.testing import build
 
