@@ -65,9 +65,12 @@ def plot_task(records: Sequence[dict], task: str, out: Path, variant: Variants =
     )
 
 
-def draw_lines(lines: Dict[str, List[tuple]], task: str, out: Path, ylabel: str, name: str = "length") -> Path:
+def draw_lines(
+    lines: Dict[str, List[tuple]], task: str, out: Path, ylabel: str, name: str = "length", log_lengths: bool = True
+) -> Path:
     """OUT/NAME_TASK.png: a line per label of ``lines`` ({label: [(length, median, lowest, highest,
-    seeds)]}), the range of the seeds shaded, the task's training lengths marked."""
+    seeds)]}), the range of the seeds shaded, the task's training lengths marked; lengths on a log
+    scale unless ``log_lengths`` is False."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 4.2))
     for label in sorted(lines):
@@ -77,7 +80,8 @@ def draw_lines(lines: Dict[str, List[tuple]], task: str, out: Path, ylabel: str,
     train_lengths = TASKS[task].train_lengths if task in TASKS else None
     if train_lengths:
         axis.axvspan(*train_lengths, color="grey", alpha=0.1, label="training lengths")
-    axis.set_xscale("log")
+    if log_lengths:
+        axis.set_xscale("log")
     all_lengths = sorted({p[0] for points in lines.values() for p in points})
     axis.set_xticks(all_lengths)
     axis.set_xticklabels([str(n) for n in all_lengths])
@@ -85,7 +89,7 @@ def draw_lines(lines: Dict[str, List[tuple]], task: str, out: Path, ylabel: str,
     axis.set_xlabel("test length")
     axis.set_ylabel(ylabel)
     seeds = max(p[4] for points in lines.values() for p in points)
-    axis.set_title(f"{title(task)}: accuracy against length (up to {seeds} seeds, range shaded)")
+    axis.set_title(f"{title(task)}: accuracy against length (up to {seeds} seed{'s' * (seeds > 1)}, range shaded)")
     axis.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}_{task}.png"

@@ -307,5 +307,7 @@ def plot_lengths(records: Records, sweeps: Sequence, out: Path) -> Dict[str, Pat
     for task in BLOCKS["benchmark"].tasks:
         lines = length_curves(records, sweeps, task)
         if lines:
-            pictures[task] = draw_lines(lines, task, out, "per-token accuracy % (median over seeds)", "workbench")
+            pictures[task] = draw_lines(
+                lines, task, out, "per-token accuracy % (median over seeds)", "workbench", log_lengths=False
+            )
     return pictures
