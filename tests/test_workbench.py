@@ -84,19 +84,7 @@ def test_a_cell_is_the_median_bold_when_solved_and_says_how_many_seeds_it_has():
 
 
 def write_record(folder, spec, splits):
-    record = {
-        "task": spec.task,
-        "arch": spec.arch,
-        "variant": spec.variant,
-        "seed": spec.seed,
-        "options": list(spec.options),
-        "data_seed": spec.data_seed,
-        "max_epoch": spec.max_epoch,
-        "stop_after_perfect": spec.stop_after_perfect,
-        "recipe": spec.recipe,
-        "user_dir": spec.user_dir,
-        "splits": splits,
-    }
+    record = {**dataclasses.asdict(spec), "options": list(spec.options), "splits": splits}  # the spec's fields
     path = spec.record_path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
