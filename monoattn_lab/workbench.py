@@ -24,6 +24,7 @@ from fairseq_monoattn.metrics import mean_per_token_accuracy
 WORKBENCH_RESULTS = "results/workbench"
 WORKBENCH_SEEDS = (1, 2, 3)
 SOLVED = 90.0  # Delétang et al.'s mark: per-token accuracy >= 90 % averaged over the test lengths
+FITTED = 95.0  # below this best greedy valid accuracy (exact match, the training lengths) a cell is marked
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,9 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
             f"Budget: at most {budget.max_epoch} epochs, stopping once greedy valid accuracy has been 100 for "
             f"{budget.stop_after_perfect} epochs; seeds {', '.join(map(str, WORKBENCH_SEEDS))}; the median over "
             f"the seeds, with (k/{seeds}) where only k seeds have records; – not run yet."
-            + (f" **Bold**: solved (at least {SOLVED:g})." if block.measure == "per_token" else ""),
+            + (f" **Bold**: solved (at least {SOLVED:g})." if block.measure == "per_token" else "")
+            + " †: the runs did not fit the training lengths (the median of their best greedy valid accuracy is "
+            f"below {FITTED:g}), so the cell says little of length generalization.",
             "",
             "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
             "|---|" + "---:|" * len(block.tasks),
@@ -223,8 +226,11 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
         for row in ROWS:
             cells = []
             for task in block.tasks:
-                values = [block.value(r) for r in cell_records(records, sweeps, row, task)]
-                cells.append(format_cell([v for v in values if v is not None], seeds, block.measure == "per_token"))
+                found = cell_records(records, sweeps, row, task)
+                values = [v for v in (block.value(r) for r in found) if v is not None]
+                cell = format_cell(values, seeds, block.measure == "per_token")
+                fitted = [r["best_valid_accuracy"] for r in found if r.get("best_valid_accuracy") is not None]
+                cells.append(cell + (" †" if values and fitted and statistics.median(fitted) < FITTED else ""))
             lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
         for published in field_rows:
             if published.task in block.tasks:
