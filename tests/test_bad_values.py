@@ -3,6 +3,7 @@ is built or the preset registered (before any training), as one line naming the 
 
 import math
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -232,7 +233,6 @@ print(sorted(name for name in sys.modules if name.startswith("fairseq")))
 def test_transformer_checkpoints_load_and_average_without_the_plugin(tmp_path, tiny_data):
     """Before, the Transformer presets' checkpoints held their configuration as an argparse.Namespace,
     which torch 2.6+'s weights_only loader refuses outside the plugin (GRU checkpoints loaded)."""
-    import subprocess
     import sys
 
     import torch
@@ -309,34 +309,59 @@ def test_only_the_plugins_checkpoints_are_checked_for_their_architecture():
 
 # --- a full disk --------------------------------------------------------------------------------
 
-# fairseq-monoattn-prepare in a process whose files may not grow past LIMIT bytes (the kernel
-# refuses the write, as a full disk does, with EFBIG instead of ENOSPC)
-LIMITED_PREPARE = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-from fairseq_monoattn.cli import prepare
-sys.exit(prepare.main(sys.argv[2:]))
-"""
+
+def with_file_size_limit(limit: int, main, argv, cwd: Path):
+    """``main(argv)`` (a command's entry point) in a child forked from this process whose files
+    may not grow past ``limit`` bytes: the kernel refuses the write, as a full disk does, with
+    EFBIG instead of ENOSPC.  The child already has fairseq imported (a new interpreter spent
+    most of this test's time importing it) and nothing else from it reaches this process.
+    (exit code, standard error)."""
+    import os
+    import resource
+    import signal
+    import sys
+    import traceback
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            sys.stdout, sys.stderr = open(os.devnull, "w"), os.fdopen(2, "w", buffering=1)
+            os.chdir(cwd)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        stderr = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), stderr
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["new", "replacing"])
 def test_a_write_that_fails_while_preparing_is_one_line_naming_the_file_and_nothing_is_left(tmp_path, force):
     """Before, a full disk was a 29-line traceback."""
-    import os
-    import subprocess
-    import sys
+    from fairseq_monoattn.cli import prepare
 
     out = tmp_path / "copy"
     before = None
     if force:  # a complete data set that the new one would replace
         assert command("fairseq-monoattn-prepare", "copy", "--out", out).returncode == 0
         before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONPATH=str(PLUGIN.parent))
     argv = ["copy", "--out", str(out)] + (["--force"] if force else [])
-    done = subprocess.run([sys.executable, "-c", LIMITED_PREPARE, "3000", *argv], capture_output=True, text=True,
-                          env=env, cwd=tmp_path)  # fmt: skip
+    code, stderr = with_file_size_limit(3000, prepare.main, argv, tmp_path)
+    done = subprocess.CompletedProcess(argv, code, "", stderr)
     assert done.returncode == 2 and error_lines(done) == [
         f"error: {out / 'bin' / 'train.src-tgt.src.bin'}: cannot write it: File too large; --out was left as it was"
     ], done.stderr[-3000:]
