@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fairseq_cli_helpers import TINY, write_copy_dataset
+from fairseq_cli_helpers import TINY, ForkedFunction, write_copy_dataset
 from forked_commands import command
 
 from fairseq_monoattn import register_preset
@@ -310,48 +310,12 @@ def test_only_the_plugins_checkpoints_are_checked_for_their_architecture():
 # --- a full disk --------------------------------------------------------------------------------
 
 
-def with_file_size_limit(limit: int, main, argv, cwd: Path):
-    """``main(argv)`` (a command's entry point) in a child forked from this process whose files
-    may not grow past ``limit`` bytes: the kernel refuses the write, as a full disk does, with
-    EFBIG instead of ENOSPC.  The child already has fairseq imported (a new interpreter spent
-    most of this test's time importing it) and nothing else from it reaches this process.
-    (exit code, standard error)."""
-    import os
-    import resource
-    import signal
-    import sys
-    import traceback
-
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 70
-        try:
-            os.close(read_end)
-            os.dup2(write_end, 2)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-            sys.stdout, sys.stderr = open(os.devnull, "w"), os.fdopen(2, "w", buffering=1)
-            os.chdir(cwd)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-            code = main(argv)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        stderr = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), stderr
-
-
 @pytest.mark.parametrize("force", [False, True], ids=["new", "replacing"])
 def test_a_write_that_fails_while_preparing_is_one_line_naming_the_file_and_nothing_is_left(tmp_path, force):
     """Before, a full disk was a 29-line traceback."""
+    import resource
+    import signal
+
     from fairseq_monoattn.cli import prepare
 
     out = tmp_path / "copy"
@@ -359,9 +323,18 @@ def test_a_write_that_fails_while_preparing_is_one_line_naming_the_file_and_noth
     if force:  # a complete data set that the new one would replace
         assert command("fairseq-monoattn-prepare", "copy", "--out", out).returncode == 0
         before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+    def file_size_limit():  # files may not grow past 3000 bytes: the kernel refuses the write, as a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # does (EFBIG, not ENOSPC), the process not killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
     argv = ["copy", "--out", str(out)] + (["--force"] if force else [])
-    code, stderr = with_file_size_limit(3000, prepare.main, argv, tmp_path)
-    done = subprocess.CompletedProcess(argv, code, "", stderr)
+    # prepare's entry point in a child forked from this process (fairseq imported already, which
+    # binarizing needs: a new interpreter spent most of this test importing it); its error's one
+    # line is far below the limit its output file is under too
+    child = ForkedFunction(prepare.main, argv, output=tmp_path.parent / f"{tmp_path.name}.out", cwd=tmp_path,
+                           before=file_size_limit)  # fmt: skip
+    done = subprocess.CompletedProcess(argv, child.wait(600), "", child.read_output())
     assert done.returncode == 2 and error_lines(done) == [
         f"error: {out / 'bin' / 'train.src-tgt.src.bin'}: cannot write it: File too large; --out was left as it was"
     ], done.stderr[-3000:]
