@@ -98,6 +98,88 @@ def run_command(name, *argv, cwd=None, new_process=False):
     return result.stdout + result.stderr
 
 
+class ForkedFunction:
+    """``function(*args)`` in a child forked from this test process: torch, fairseq and the plugin
+    are imported already, so the child spends none of a new interpreter's start-up (3-5 CPU-seconds
+    where fairseq is imported).  For a test that needs a process of its own for its state (a
+    resource limit, a distributed rank), not a fresh interpreter; a command's start-up is what the
+    command server's children keep (forked_commands.py).  The child's standard output and error go
+    to the file ``output``; it works in ``cwd``, calls ``before()`` first, and exits with
+    ``function``'s result (0 for None), a SystemExit's code, or 1 after an exception's traceback,
+    never returning into pytest.  Several may run at once."""
+
+    def __init__(self, function, *args, output: Path, cwd=None, before=None):
+        import os
+        import sys
+        import traceback
+
+        self.output = Path(output)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.setpgid(0, 0)  # its own group: a kill at the time limit reaches its children too
+                descriptor = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(descriptor, 1)
+                os.dup2(descriptor, 2)
+                sys.stdout = os.fdopen(1, "w", buffering=1)
+                sys.stderr = os.fdopen(2, "w", buffering=1)
+                if cwd is not None:
+                    os.chdir(cwd)
+                if before is not None:
+                    before()
+                result = function(*args)
+                code = 0 if result is None else int(result)
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        self.returncode = None
+
+    def wait(self, timeout: float) -> int:
+        """The exit code (negative: the signal that ended it); past ``timeout`` seconds the child
+        is killed and subprocess.TimeoutExpired raised."""
+        import os
+        import subprocess
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > deadline:
+                self.kill()
+                raise subprocess.TimeoutExpired(f"forked {self.pid}", timeout)
+            else:
+                time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        """End the child and what it started (nothing where it has ended)."""
+        import os
+        import signal
+
+        if self.returncode is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+            self.returncode = -signal.SIGKILL
+
+    def read_output(self) -> str:
+        return self.output.read_text(errors="replace")
+
+
 def write_copy_dataset(out: Path, sizes, seed: int = 0) -> Path:
     """A small prepared Copy data set: sizes maps split -> (examples, shortest, longest)."""
     import random

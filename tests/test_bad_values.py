@@ -3,11 +3,12 @@ is built or the preset registered (before any training), as one line naming the 
 
 import math
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from fairseq_cli_helpers import TINY, write_copy_dataset
+from fairseq_cli_helpers import TINY, ForkedFunction, write_copy_dataset
 from forked_commands import command
 
 from fairseq_monoattn import register_preset
@@ -232,7 +233,6 @@ print(sorted(name for name in sys.modules if name.startswith("fairseq")))
 def test_transformer_checkpoints_load_and_average_without_the_plugin(tmp_path, tiny_data):
     """Before, the Transformer presets' checkpoints held their configuration as an argparse.Namespace,
     which torch 2.6+'s weights_only loader refuses outside the plugin (GRU checkpoints loaded)."""
-    import subprocess
     import sys
 
     import torch
@@ -309,34 +309,32 @@ def test_only_the_plugins_checkpoints_are_checked_for_their_architecture():
 
 # --- a full disk --------------------------------------------------------------------------------
 
-# fairseq-monoattn-prepare in a process whose files may not grow past LIMIT bytes (the kernel
-# refuses the write, as a full disk does, with EFBIG instead of ENOSPC)
-LIMITED_PREPARE = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-from fairseq_monoattn.cli import prepare
-sys.exit(prepare.main(sys.argv[2:]))
-"""
-
 
 @pytest.mark.parametrize("force", [False, True], ids=["new", "replacing"])
 def test_a_write_that_fails_while_preparing_is_one_line_naming_the_file_and_nothing_is_left(tmp_path, force):
     """Before, a full disk was a 29-line traceback."""
-    import os
-    import subprocess
-    import sys
+    import resource
+    import signal
+
+    from fairseq_monoattn.cli import prepare
 
     out = tmp_path / "copy"
     before = None
     if force:  # a complete data set that the new one would replace
         assert command("fairseq-monoattn-prepare", "copy", "--out", out).returncode == 0
         before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONPATH=str(PLUGIN.parent))
+
+    def file_size_limit():  # files may not grow past 3000 bytes: the kernel refuses the write, as a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # does (EFBIG, not ENOSPC), the process not killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
     argv = ["copy", "--out", str(out)] + (["--force"] if force else [])
-    done = subprocess.run([sys.executable, "-c", LIMITED_PREPARE, "3000", *argv], capture_output=True, text=True,
-                          env=env, cwd=tmp_path)  # fmt: skip
+    # prepare's entry point in a child forked from this process (fairseq imported already, which
+    # binarizing needs: a new interpreter spent most of this test importing it); its error's one
+    # line is far below the limit its output file is under too
+    child = ForkedFunction(prepare.main, argv, output=tmp_path.parent / f"{tmp_path.name}.out", cwd=tmp_path,
+                           before=file_size_limit)  # fmt: skip
+    done = subprocess.CompletedProcess(argv, child.wait(600), "", child.read_output())
     assert done.returncode == 2 and error_lines(done) == [
         f"error: {out / 'bin' / 'train.src-tgt.src.bin'}: cannot write it: File too large; --out was left as it was"
     ], done.stderr[-3000:]

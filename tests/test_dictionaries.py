@@ -38,19 +38,28 @@ def the_error(done):
     return lines[0]
 
 
-@pytest.fixture(scope="module", params=ARCHS)
-def translation_run(request, tmp_path_factory):
-    """The design card's command, a few updates long: fairseq-train without --task (fairseq's
-    translation task).  (arch, data folder, checkpoint, the training's log)."""
-    root = tmp_path_factory.mktemp(request.param)
-    data = write_copy_dataset(root / "data", TINY)
-    done = command(
-        "fairseq-train", data / "bin", "--user-dir", USER_DIR, "--arch", request.param, "--optimizer", "adam",
-        "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--max-update", "3", "--save-dir", root / "ck",
-        "--no-epoch-checkpoints",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return request.param, data, root / "ck" / "checkpoint_last.pt", done.stdout + done.stderr
+@pytest.fixture(scope="session")
+def translation_runs(tmp_path_factory):
+    """translation_runs(arch): the design card's command, a few updates long: fairseq-train without
+    --task (fairseq's translation task).  (data folder, checkpoint, the training's log), trained
+    once per arch: session-scoped, as the suite runs the long tests first, apart from the others
+    of their file (a module fixture would train again)."""
+    runs = {}
+
+    def run(arch):
+        if arch not in runs:
+            root = tmp_path_factory.mktemp(arch)
+            data = write_copy_dataset(root / "data", TINY)
+            done = command(
+                "fairseq-train", data / "bin", "--user-dir", USER_DIR, "--arch", arch, "--optimizer", "adam",
+                "--lr", "1e-3", "--clip-norm", "5", "--batch-size", "32", "--max-update", "3", "--save-dir",
+                root / "ck", "--no-epoch-checkpoints",
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-3000:]
+            runs[arch] = data, root / "ck" / "checkpoint_last.pt", done.stdout + done.stderr
+        return runs[arch]
+
+    return run
 
 
 def model_class(arch):
@@ -60,8 +69,11 @@ def model_class(arch):
 
 
 @pytest.mark.long(12)
-def test_under_the_translation_task_a_swapped_target_dictionary_is_refused_by_every_loader(translation_run, tmp_path):
-    arch, data, checkpoint, _ = translation_run
+@pytest.mark.parametrize("arch", ARCHS)
+def test_under_the_translation_task_a_swapped_target_dictionary_is_refused_by_every_loader(
+    arch, translation_runs, tmp_path
+):
+    data, checkpoint, _ = translation_runs(arch)
     other = rebinarized(data, tmp_path / "re", swapped, sides=("tgt",))  # --srcdict the training data's
     first, second = [line.split()[0] for line in (data / "bin" / "dict.tgt.txt").read_text().splitlines()[:2]]
     expected = (
@@ -91,8 +103,9 @@ def test_under_the_translation_task_a_swapped_target_dictionary_is_refused_by_ev
 
 
 @pytest.mark.long(8)
-def test_under_the_translation_task_its_own_dictionaries_load_in_every_loader(translation_run, tmp_path):
-    arch, data, checkpoint, _ = translation_run
+@pytest.mark.parametrize("arch", ARCHS)
+def test_under_the_translation_task_its_own_dictionaries_load_in_every_loader(arch, translation_runs, tmp_path):
+    data, checkpoint, _ = translation_runs(arch)
     out, again = tmp_path / "scores.json", tmp_path / "again.json"
     score = command("fairseq-monoattn-score", "--checkpoint", checkpoint, "--data", data / "bin", "--splits",
                     "test9", "--out", out)  # fmt: skip
@@ -118,8 +131,9 @@ def test_under_the_translation_task_its_own_dictionaries_load_in_every_loader(tr
 
 
 @pytest.mark.long(3)
-def test_a_location_preset_trained_under_the_translation_task_is_told_once_what_to_use(translation_run):
-    *_, log = translation_run
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_location_preset_trained_under_the_translation_task_is_told_once_what_to_use(arch, translation_runs):
+    *_, log = translation_runs(arch)
     notes = [line for line in log.splitlines() if SORTED_BATCHES_HURT in line]
     assert len(notes) == 1 and "the translation task makes batches of examples of similar length" in notes[0]
     assert "train with --task length_generalization" in notes[0]
