@@ -2,20 +2,21 @@
 (gloo over loopback), one per rank, as in the README's command line."""
 
 import json
-import logging
 import os
 import random
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from distributed_worker import train_and_save_parameters
-from fairseq_cli_helpers import USER_DIR, ForkedFunction, copy_examples, forget_previous_runs
+from fairseq_cli_helpers import USER_DIR, copy_examples
 
 import fairseq_monoattn  # noqa: F401
 from fairseq_monoattn.data.writer import write_dataset
 
+WORKER = Path(__file__).with_name("distributed_worker.py")
 VALID_SIZE = 13
 TIMEOUT = 120  # seconds per rank; a normal run takes well under a minute
 
@@ -27,8 +28,9 @@ def free_loopback_port() -> int:
 
 
 def rank_command(rank, port, data, save_dir, params):
-    """distributed_worker.py's arguments for one rank: the parameters file, then fairseq-train's."""
     return [
+        sys.executable,
+        str(WORKER),
         str(params),
         str(data),
         "--user-dir",
@@ -78,34 +80,22 @@ def rank_command(rank, port, data, save_dir, params):
     ]
 
 
-def one_rank(params, *argv):
-    """A rank's process, forked from this one (fairseq imported already): fairseq's logging on
-    standard output, as a new fairseq-train process sets it up, and nothing left of earlier
-    in-process trainings."""
-    logging.root.handlers.clear()
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
-                        stream=sys.stdout)  # fmt: skip
-    forget_previous_runs()
-    train_and_save_parameters(params, list(argv))
-
-
-def run_ranks(commands, folder):
-    """Both ranks at once, each in a process forked from this one (distributed_worker.py's
-    function, as ``python distributed_worker.py ARGS`` runs it); (returncode, output) per rank.
-    Ranks still running at the time limit are killed, and the test fails."""
-    environment = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
-    ranks = [
-        ForkedFunction(
-            one_rank, *command, output=folder / f"rank{rank}.log", before=lambda: os.environ.update(environment)
-        )
-        for rank, command in enumerate(commands)
+def run_ranks(commands):
+    """Both ranks at once; (returncode, stdout) per rank. Ranks still running at the
+    time limit are killed, and the test fails."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONWARNINGS="ignore")
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for command in commands
     ]
     try:
-        codes = [rank.wait(TIMEOUT) for rank in ranks]
+        outputs = [process.communicate(timeout=TIMEOUT)[0] for process in processes]
     finally:
-        for rank in ranks:
-            rank.kill()
-    return [(code, rank.read_output()) for code, rank in zip(codes, ranks)]
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [(process.returncode, output) for process, output in zip(processes, outputs)]
 
 
 def json_stats(output, tag):
@@ -135,7 +125,7 @@ def two_rank_run(tmp_path_factory):
     commands = [
         rank_command(rank, port, root / "copy" / "bin", root / "checkpoints", params[rank]) for rank in range(2)
     ]
-    results = run_ranks(commands, root)
+    results = run_ranks(commands)
     for rank, (returncode, output) in enumerate(results):
         assert returncode == 0, f"rank {rank} failed:\n{output[-4000:]}"
     return root, params, [output for _, output in results]
