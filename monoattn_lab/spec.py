@@ -158,6 +158,10 @@ def parsed_model_config(command: List[str]) -> dict:
     from omegaconf import OmegaConf
 
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=list(command[1:]))
+    if getattr(args, "positions", None) is not None:  # it decides fairseq's three switches, as the build does
+        from fairseq_monoattn.modules.position_schemes import resolve_positions
+
+        resolve_positions(args)
     hydra_log = logging.getLogger("hydra")
     level = hydra_log.level
     with warnings.catch_warnings():  # hydra's deprecation notices, once per parse

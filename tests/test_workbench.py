@@ -159,3 +159,18 @@ def test_the_length_decisions_are_the_shares_of_the_longest_split_cut_short_and_
     row = next(line for line in lines if line.startswith("| GRU MonoAttn |"))
     assert row.split(" | ")[1] == "40 / 10"  # medians of (82, 40, 0) and (0, 10, 30), Reverse String's column
     assert next(line for line in lines if line.startswith("| GRU OneStep |")).split(" | ")[1] == "–"
+
+
+@pytest.mark.parametrize("scheme", ["sinusoidal", "learned", "none", "alibi"])
+def test_a_position_rows_planned_model_has_the_switches_its_scheme_sets(scheme):
+    """--positions decides fairseq's three switches when the model is built; the planner, which the
+    outdated-record check compares trained models with, must say the same (it said False for learned)."""
+    from pathlib import Path
+
+    from monoattn_lab.spec import planned_model_config, train_command
+
+    spec = next(s for s in SWEEPS["workbench-benchmark-positions"].specs() if s.variant == f"positions-{scheme}")
+    planned = planned_model_config(train_command(spec, Path("data"), Path("run")))
+    assert planned["positions"] == scheme
+    assert planned["encoder_learned_pos"] is planned["decoder_learned_pos"] is (scheme == "learned")
+    assert planned["no_token_positional_embeddings"] is (scheme not in ("sinusoidal", "learned"))
