@@ -174,3 +174,23 @@ def test_a_position_rows_planned_model_has_the_switches_its_scheme_sets(scheme):
     assert planned["positions"] == scheme
     assert planned["encoder_learned_pos"] is planned["decoder_learned_pos"] is (scheme == "learned")
     assert planned["no_token_positional_embeddings"] is (scheme not in ("sinusoidal", "learned"))
+
+
+def test_a_probing_cell_is_marked_by_its_iid_test_not_its_valid_split_which_runs_past_training(tmp_path, monkeypatch):
+    """The probing tasks validate on lengths 10-15 (training: 5-10), so a model that fits its
+    training lengths and fails past them has a low valid score: its i.i.d. test decides the mark."""
+    probing, benchmark = workbench.BLOCKS["probing"], workbench.BLOCKS["benchmark"]
+    fitted = {"best_valid_accuracy": 32.7, "splits": {"test_iid": {"accuracy": 99.95}, "test100": {"accuracy": 0.0}}}
+    unfitted = {"best_valid_accuracy": 32.7, "splits": {"test_iid": {"accuracy": 60.0}}}
+    assert probing.fit(fitted) == 99.95 and probing.fit(unfitted) == 60.0
+    assert probing.fit({"best_valid_accuracy": 99.0, "splits": {}}) is None  # no i.i.d. split: unknown, no mark
+    assert benchmark.fit(fitted) == 32.7  # the benchmark's valid split is i.i.d. (lengths 1-40)
+    monkeypatch.chdir(tmp_path)
+    sweep = SWEEPS["table2"]
+    specs = [s for s in sweep.specs() if (s.task, s.arch, s.variant) == ("copy", "gru_content", "default")]
+    for spec, iid in zip(specs, (99.95, 99.0, 40.0)):
+        splits = {"test_iid": {"accuracy": iid}, **{f"test{n}": {"accuracy": 0.0} for n in (15, 30, 100)}}
+        write_record(sweep.results_folder(tmp_path), spec, splits, valid=32.7)
+    text = workbench.render(workbench.Records(), workbench.table_sweeps())
+    row = next(line for line in text.splitlines() if line.startswith("| GRU Content |"))  # the probing block's
+    assert row.split(" | ")[1] == "0.0"  # i.i.d. median 99.0: fitted, though every valid score is 32.7
