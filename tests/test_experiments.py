@@ -481,7 +481,8 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     last = spec.run_dir(work) / "checkpoints" / "checkpoint_last.pt"
     deadline = time.time() + 240
     while not last.exists() and child.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.05)
+    assert child.poll() is None, f"the worker ended (exit {child.returncode}) before it could be killed"
     os.killpg(child.pid, signal.SIGKILL)  # the worker and its fairseq-train
     child.wait()
     assert last.exists() and not spec.record_path(results).exists()
