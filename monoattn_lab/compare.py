@@ -153,11 +153,12 @@ def compare(
     stop_after_perfect: int = 0,
     user_dir: Optional[str] = None,
     log=print,
+    nice: int = 0,
 ) -> Tuple[str, Dict[str, str]]:
     """Run what is missing; (the side-by-side table and the per-variant summary, the outcome of
     each run)."""
     specs = comparison_specs(task, arch, seeds, variants, max_epoch, data_seed, stop_after_perfect, user_dir)
-    outcome = run_local(specs, work, results, jobs=jobs, log=log)
+    outcome = run_local(specs, work, results, jobs=jobs, log=log, nice=nice)
     records, _ = read_records(results)
     mine = [r for r in records if r["task"] == task and r["arch"] == arch and r["variant"] in variants]
     return (

@@ -117,9 +117,11 @@ def run_local(
     cpus: Optional[Sequence[int]] = None,
     on_record: Optional[Callable[[RunSpec, Path], None]] = None,
     log: Callable[[str], None] = print,
+    nice: int = 0,
 ) -> Dict[str, str]:
     """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
-    error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes."""
+    error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes.
+    ``nice`` > 0: each worker and its training run at that nice value (``worker.lower_priority``)."""
     pending, past, unreadable = [], [], {}
     for spec in specs:  # a run with a record is done, and its recorded time feeds the estimate
         path = spec.record_path(results)
@@ -162,6 +164,7 @@ def run_local(
                 spec_to_json(spec),
                 str(Path(work).resolve()),
                 str(Path(results).resolve()),
+                *([str(nice)] if nice else []),
             ]
             if sys.platform.startswith("linux"):
                 command = ["taskset", "-c", ",".join(map(str, share)), *command]

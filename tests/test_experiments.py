@@ -313,9 +313,12 @@ def test_local_launcher_runs_what_is_missing_once_and_skips_a_run_another_proces
         holder.kill()
         holder.wait()
     outcome = launch.run_local(
-        specs, work, results, jobs=1, on_record=lambda s, p: committed.append(p), log=lambda line: None
+        specs, work, results, jobs=1, on_record=lambda s, p: committed.append(p), log=lambda line: None, nice=5
     )
     assert outcome == {s.key: "ok" for s in specs}
+    # --nice 5: the worker that trained it lowered its priority first (never above what it started at)
+    said = re.search(r"^priority: nice (\d+)", (busy.run_dir(work) / "worker.log").read_text(), re.M)
+    assert said and int(said.group(1)) == max(5, os.getpriority(os.PRIO_PROCESS, 0))
     assert sorted(committed) == sorted(s.record_path(results) for s in specs)
     # one job has every core, but the suite runs with OMP_NUM_THREADS=1 (conftest): one thread
     assert json.loads(busy.record_path(results).read_text())["training_threads"] == [1]
@@ -514,6 +517,37 @@ def test_training_time_is_written_while_the_run_goes_on(tmp_path, monkeypatch):
     seen_while_running = float((tmp_path / "out.log").read_text())
     assert 100.2 <= seen_while_running <= timing["training_seconds"]
     assert json.loads(timing_file.read_text()) == timing
+
+
+LOWER_PRIORITY_SCRIPT = """
+import json, os, subprocess, sys
+from monoattn_lab.worker import lower_priority
+os.setsid()  # as the launcher starts a worker: a session of its own
+said = lower_priority(int(sys.argv[1]))
+child = subprocess.run([sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"],
+                       capture_output=True, text=True)
+group = open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else None
+print(json.dumps({"said": said, "child": int(child.stdout), "group": group}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice values and sessions as Linux has them")
+def test_a_worker_at_lower_priority_takes_its_sessions_share_down_too_and_its_children_inherit_it():
+    """--nice N: the worker's own nice value, and where Linux shares the machine between sessions
+    first (autogroup) its session's group, which is what decides against work in other sessions;
+    what the worker starts (its training) runs at that nice value."""
+    started = os.getpriority(os.PRIO_PROCESS, 0)
+    target = max(7, started)
+    done = subprocess.run([sys.executable, "-c", LOWER_PRIORITY_SCRIPT, "7"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["child"] == target
+    assert found["said"].startswith(f"nice {target}")
+    grouped = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if grouped.exists() and grouped.read_text().strip() == "1" and found["group"] is not None:
+        assert found["group"].split()[-1] == str(target)
+        assert found["said"] == f"nice {target}, its session's group at {target}"
 
 
 def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
@@ -1342,6 +1376,9 @@ def test_another_data_seed_never_shares_a_run_folder_or_passes_for_a_recorded_ru
         (["sweep", "run", "smoke", "--seeds", "-1"], "argument --seeds: must be at least 0"),
         (["sweep", "run", "smoke", "--jobs", "0"], "argument --jobs: must be at least 1"),
         (["sweep", "run", "smoke", "--jobs", "two"], "argument --jobs: not a whole number: 'two'"),
+        (["sweep", "run", "smoke", "--nice", "20"], "argument --nice: must be at most 19"),
+        (["run", "copy", "--arch", "gru_onestep", "--nice", "-1"], "argument --nice: must be at least 0"),
+        (["sweep", "run", "smoke", "--slurm", "--nice", "5"], "--nice is for runs on this machine"),
     ],
     ids=[
         "run-epochs",
@@ -1353,6 +1390,9 @@ def test_another_data_seed_never_shares_a_run_folder_or_passes_for_a_recorded_ru
         "sweep-seeds",
         "sweep-jobs",
         "sweep-jobs-word",
+        "sweep-nice",
+        "run-nice",
+        "sweep-nice-slurm",
     ],  # fmt: skip
 )
 def test_a_budget_seed_or_job_count_that_means_something_else_is_a_usage_error_before_any_work(

@@ -124,9 +124,25 @@ def add_places(parser: argparse.ArgumentParser, results: Optional[Path] = DEFAUL
     )
 
 
+def niceness(text: str) -> int:
+    """A nice value a process may take for itself: 0 (as started) to 19 (gives way to all other work)."""
+    value = whole_number(0)(text)
+    if value > 19:
+        raise argparse.ArgumentTypeError(f"must be at most 19 (the lowest priority), got {value}")
+    return value
+
+
 def add_jobs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs", type=POSITIVE, default=1, metavar="N", help="runs at once, each pinned to its share of the cores"
+    )
+    parser.add_argument(
+        "--nice",
+        type=niceness,
+        default=0,
+        metavar="N",
+        help="run each training at nice N (0-19; its session's share of the machine too, where Linux shares it "
+        "between sessions first), so that the runs give way to other work on the machine",
     )
 
 

@@ -47,6 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.work,
         args.results,
         jobs=args.jobs,
+        nice=args.nice,
         data_seed=args.data_seed,
         stop_after_perfect=args.stop_after_perfect,
         user_dir=user_dir,

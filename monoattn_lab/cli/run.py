@@ -55,7 +55,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         for arch in args.arch
         for seed in args.seeds
     ]
-    outcome = run_local(specs, args.work, args.results, jobs=args.jobs, log=lambda line: print(line, flush=True))
+    outcome = run_local(
+        specs, args.work, args.results, jobs=args.jobs, nice=args.nice, log=lambda line: print(line, flush=True)
+    )
     status = summarize_outcome(outcome, log=print)
     if status == INTERRUPTED_EXIT:
         return status

@@ -134,6 +134,8 @@ def run_sweep(parser: Parser, args, sweep) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
+    if args.slurm and args.nice:
+        parser.error("--nice is for runs on this machine; under --slurm the cluster's scheduler sets their priority")
     specs = sweep.specs()
     pending = [s for s in specs if not s.record_path(args.results).exists()]
     try:
@@ -172,7 +174,9 @@ def run_sweep(parser: Parser, args, sweep) -> int:
         commit_left_records()
         return 0
     on_record = (lambda spec, path: commit_record(spec, path, log=log)) if args.commit else None
-    outcome = launch.run_local(specs, args.work, args.results, jobs=args.jobs, on_record=on_record, log=log)
+    outcome = launch.run_local(
+        specs, args.work, args.results, jobs=args.jobs, on_record=on_record, log=log, nice=args.nice
+    )
     return launch.summarize_outcome(outcome, log=log)
 
 
