@@ -33,16 +33,29 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_NAME = 15  # linux/prctl.h: the name ps and top show
 
 
+_PRCTL = None
+
+
+def _prctl():
+    """The C library's prctl (Linux), looked up once."""
+    global _PRCTL
+    if _PRCTL is None:
+        _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+    return _PRCTL
+
+
 def die_with_parent() -> Optional[Callable[[], None]]:
     """A ``preexec_fn`` for subprocess that makes the child get SIGTERM when this process ends
     (Linux; elsewhere None, and children behave as the platform makes them)."""
     if not sys.platform.startswith("linux"):
         return None
     parent = os.getpid()
+    # looked up here, in the parent: the child of a fork in a process with threads (the launcher's
+    # pool) must not open a library, whose loader lock another thread may have held at the fork
+    prctl = _prctl()
 
     def set_death_signal():
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent ended before the death signal was set
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -245,7 +258,7 @@ def _run_command(request: dict, entry: str, search_path: List[str], set_death_si
             set_death_signal()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, Path(request["argv"][0]).name.encode()[:15])
+            _prctl()(PR_SET_NAME, Path(request["argv"][0]).name.encode()[:15])
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
