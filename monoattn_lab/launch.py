@@ -109,6 +109,12 @@ class Progress:
         )
 
 
+def workers_nice(nice: int) -> int:
+    """The nice value the workers take: ``nice``, or this process's own where it is higher (a
+    launcher started under ``nice -n N`` passes N on to its workers' sessions)."""
+    return max(nice, os.getpriority(os.PRIO_PROCESS, 0)) if hasattr(os, "getpriority") else nice
+
+
 def run_local(
     specs: Sequence[RunSpec],
     work: Path,
@@ -121,7 +127,9 @@ def run_local(
 ) -> Dict[str, str]:
     """Run every spec whose record is missing, ``jobs`` at a time; returns {spec key: "ok" or the
     error}.  ``on_record(spec, record_path)`` is called (one call at a time) as each run finishes.
-    ``nice`` > 0: each worker and its training run at that nice value (``worker.lower_priority``)."""
+    ``nice`` > 0 (or this process's own nice value, where higher): each worker and its training run
+    at that nice value, their session's group too (``worker.lower_priority``)."""
+    nice = workers_nice(nice)
     pending, past, unreadable = [], [], {}
     for spec in specs:  # a run with a record is done, and its recorded time feeds the estimate
         path = spec.record_path(results)

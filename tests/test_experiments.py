@@ -550,6 +550,17 @@ def test_a_worker_at_lower_priority_takes_its_sessions_share_down_too_and_its_ch
         assert found["said"] == f"nice {target}, its session's group at {target}"
 
 
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no nice values here")
+def test_a_launcher_started_under_nice_passes_its_nice_value_on_to_its_workers():
+    """`nice -n 19 fairseq-monoattn-sweep ...` gives way as --nice 19 does: the launcher's own nice
+    value goes to each worker, which sets its session's group to it (a higher --nice still wins)."""
+    done = subprocess.run(["nice", "-n", "4", sys.executable, "-c",
+                           "from monoattn_lab.launch import workers_nice; print(workers_nice(0), workers_nice(9))"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    started = os.getpriority(os.PRIO_PROCESS, 0)
+    assert done.stdout.split() == [str(min(19, started + 4)), str(max(9, min(19, started + 4)))], done.stderr
+
+
 def test_a_run_keeps_the_thread_count_of_each_of_its_parts(tmp_path):
     """The count recorded is the one the child process really has, and a resumed run adds its own
     to the counts of its earlier parts."""
