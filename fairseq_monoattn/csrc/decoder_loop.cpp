@@ -116,7 +116,7 @@ Tensor transposed(const Tensor& m) {
   const int64_t rows = m.size(0), cols = m.size(1), row_stride = m.stride(0), col_stride = m.stride(1);
   Tensor out = at::empty({cols, rows}, m.options());
   AT_DISPATCH_FLOATING_TYPES(m.scalar_type(), "transposed", [&] {
-    const scalar_t* in = m.const_data_ptr<scalar_t>();
+    const scalar_t* in = m.data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
     constexpr int64_t tile = 16;
     for (int64_t i0 = 0; i0 < rows; i0 += tile)
