@@ -70,7 +70,11 @@ def test_the_loop_node_is_the_decoders_steps(arch, dtype, monkeypatch):
     dictionary = digit_dictionary()
     model = build(arch, dictionary).to(dtype).eval()
     assert isinstance(model.fast_path, FastPath)  # chosen again after the cast: the fast path
+    # the Python code in float64: the bound's measure of the rounding the long batch amplifies
+    exact = build(arch, dictionary).to(torch.float64).eval()
+    fast_path.install(exact, None)
     for sample in samples(dictionary):
+        reference = pass_with_gradients(exact, sample, dictionary)
         runs = {}
         for way in ("loop", "steps", "python"):
             with monkeypatch.context() as patch:
@@ -82,10 +86,26 @@ def test_the_loop_node_is_the_decoders_steps(arch, dtype, monkeypatch):
         assert "DecoderLoopBackward" in loop[2] and "DecoderLoopBackward" not in steps[2]
         assert set(loop[3]) == set(steps[3]) == set(python[3])
         for way, other in (("steps", steps), ("python", python)):
-            assert_same_up_to_rounding(loop[0], other[0], f"logits against the {way}")
-            assert_same_up_to_rounding(loop[1], other[1], f"attention against the {way}")
+            assert_same_up_to_rounding(loop[0], other[0], f"logits against the {way}", reference[0])
+            assert_same_up_to_rounding(loop[1], other[1], f"attention against the {way}", reference[1])
             for name, want in other[3].items():
-                assert_same_up_to_rounding(loop[3][name], want, f"gradient of {name} against the {way}")
+                where = f"gradient of {name} against the {way}"
+                assert_same_up_to_rounding(loop[3][name], want, where, reference[3][name])
+
+
+def test_a_float64_reference_admits_the_rounding_the_function_amplifies_and_no_more():
+    """With a reference, two float32 paths may differ by 4 times the error of the one compared
+    against (each off the float64 value by e, in opposite directions); a path off by more is refused."""
+    reference = torch.linspace(0, 1, 50, dtype=torch.float64)
+    error = 1e-4  # 840 float32 epsilons: the twins differ by 1,680, beyond the plain bound of 1,024
+    want, twin = (reference + error).float(), (reference - error).float()
+    with pytest.raises(AssertionError, match="the paths differ by"):
+        assert_same_up_to_rounding(twin, want, "twin")
+    assert_same_up_to_rounding(twin, want, "twin", reference)
+    with pytest.raises(AssertionError, match="the paths differ by"):
+        assert_same_up_to_rounding(want + 5 * error, want, "wrong", reference)
+    with pytest.raises(AssertionError, match="the reference is"):
+        assert_same_up_to_rounding(twin, want, "short", reference[:10])
 
 
 class ShiftedSigmoid(SigmoidStep):
