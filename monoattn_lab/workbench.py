@@ -93,8 +93,15 @@ class Block:
                 )
             except ValueError:
                 return None
-        split = TASKS[record["task"]].length_splits[-1] if self.measure == "longest" else "test"
+        split = self.decision_split(record["task"])
         return splits[split]["accuracy"] if split in splits else None
+
+    def decision_split(self, task: str) -> str:
+        """The split of ``task`` whose outputs the length decisions count: the longest test length
+        (Delétang's 500 for the per-token score) or, for a SCAN cutoff, the commands past it."""
+        if self.measure == "per_token":
+            return DELETANG_TEST_SPLITS[-1]
+        return TASKS[task].length_splits[-1] if self.measure == "longest" else "test"
 
     def fit(self, record: dict) -> Optional[float]:
         """The record's exact match at its training lengths (:attr:`fit_split`), None if unknown."""
@@ -250,25 +257,30 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
                 where = f"{published.source}, {published.table}, p. {published.page}"
                 lines.append(f"| *{published.model} ({where})* | " + " | ".join(cells) + " |")
         lines.append("")
-        if block.measure == "per_token":
-            lines += length_decisions(records, sweeps, block)
+        lines += length_decisions(records, sweeps, block)
         pictures = [task for task in block.tasks if task in plots]
         lines += [f"![{title(task)}: accuracy against length]({plots[task]})\n" for task in pictures]
     return "\n".join(lines)
 
 
+DECISION_SPLITS = {
+    "longest": "at the longest test length of each column",
+    "per_token": f"at length {DELETANG_TEST_SPLITS[-1][4:]}",
+    "test": "on the commands longer than the cutoff",
+}
+
+
 def length_decisions(records: Records, sweeps: Sequence, block: Block) -> List[str]:
-    """Where long outputs go wrong: per row and task, the outputs at the longest test length that
-    are right but stop too early (a proper prefix of the target: the end-of-sequence decision of
-    Newman et al., 2020, not the reading, fails) and those that give the whole target and go on,
-    % of the split, the median over seeds."""
-    longest = DELETANG_TEST_SPLITS[-1]
+    """Where long outputs go wrong: per row and task, the outputs of the block's
+    :meth:`Block.decision_split` that are right but stop too early (a proper prefix of the target:
+    the end-of-sequence decision of Newman et al., 2020, not the reading, fails) and those that
+    give the whole target and go on, % of the split, the median over seeds."""
     lines = [
-        f"Outputs at length {longest[4:]} that are right but stop too early (a proper prefix of the target) / "
-        "that give the whole target and go on (% of the split, median over seeds): where the first is high, "
-        "the model reads right and its end-of-sequence decision fails.",
+        f"Outputs {DECISION_SPLITS[block.measure]} that are right but stop too early (a proper prefix of the "
+        "target) / that give the whole target and go on (% of the split, median over seeds): where the first "
+        "is high, the model reads right and its end-of-sequence decision fails.",
         "",
-        "| model | " + " | ".join(title(task) for task in block.tasks) + " |",
+        "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
         "|---|" + "---:|" * len(block.tasks),
     ]
     for row in ROWS:
@@ -276,7 +288,9 @@ def length_decisions(records: Records, sweeps: Sequence, block: Block) -> List[s
         for task in block.tasks:
             shares = [
                 (100 * split["cut_short"] / split["size"], 100 * split["overran"] / split["size"])
-                for split in (r["splits"].get(longest) for r in cell_records(records, sweeps, row, task))
+                for split in (
+                    r["splits"].get(block.decision_split(task)) for r in cell_records(records, sweeps, row, task)
+                )
                 if split and split.get("size") and "cut_short" in split and "overran" in split
             ]
             cells.append(

@@ -115,8 +115,8 @@ def test_the_table_reads_each_cell_from_its_sweep_and_refuses_another_budget(tmp
         write_record(folder, spec, splits_with([100 if valid > 95 else 80] * 10), valid=valid)
     write_record(folder, specs[2], splits_with([100] * 10), valid=94.0)
     text = workbench.render(workbench.Records(), workbench.table_sweeps(), [published])
-    rows = [line for line in text.splitlines() if line.startswith("| GRU OneStep |")]  # probing, benchmark, ...
-    assert rows[1].split(" | ")[4] == "**100.0** †"  # per-token median 100 of (100, 80, 100); valid median 94
+    rows = [line for line in text.splitlines() if line.startswith("| GRU OneStep |")]  # each block's two tables
+    assert rows[2].split(" | ")[4] == "**100.0** †"  # per-token median 100 of (100, 80, 100); valid median 94
     theirs = next(line for line in text.splitlines() if "(theirs)" in line)
     assert theirs.split(" | ")[4] == "100 (theirs)" and "csordas2021, abstract, p. 619" in theirs  # SCAN <=26
 
@@ -141,7 +141,7 @@ def test_the_workbench_view_writes_the_table_into_a_file(tmp_path):
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     text = out.read_text()
-    assert text.count("| model |") == len(workbench.BLOCKS) + 1  # and the benchmark's length decisions
+    assert text.count("| model |") == 2 * len(workbench.BLOCKS)  # each block's scores and length decisions
     assert all(f"| {row.label} |" in text for row in workbench.ROWS)
 
 
@@ -159,6 +159,41 @@ def test_the_length_decisions_are_the_shares_of_the_longest_split_cut_short_and_
     row = next(line for line in lines if line.startswith("| GRU MonoAttn |"))
     assert row.split(" | ")[1] == "40 / 10"  # medians of (82, 40, 0) and (0, 10, 30), Reverse String's column
     assert next(line for line in lines if line.startswith("| GRU OneStep |")).split(" | ")[1] == "–"
+
+
+def test_the_scan_cutoffs_and_probing_length_decisions_count_the_split_their_cells_score(tmp_path, monkeypatch):
+    """SCAN's cells score the commands past the cutoff (split test), a probing cell its task's
+    longest test length; their length decisions count the same outputs, under the same headings."""
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        ("workbench-scan-cutoffs-gru", "scan_cutoff26", "gru_content", "test", "SCAN ≤26", "on the commands longer"),
+        ("table2", "recopy", "gru_monoattn", "test100", "ReCopy (100)", "at the longest test length"),
+    ]
+    for name, task, arch, split, heading, where in cases:
+        sweep = SWEEPS[name]
+        spec = next(s for s in sweep.specs() if (s.task, s.arch, s.variant, s.seed) == (task, arch, "default", 1))
+        splits = {split: {"accuracy": 62.5, "size": 400, "cut_short": 146, "overran": 4}}
+        splits["test_iid" if name == "table2" else "test15"] = {
+            "accuracy": 99,
+            "size": 10,
+            "cut_short": 10,
+            "overran": 0,
+        }
+        write_record(sweep.results_folder(tmp_path), spec, splits, valid=99.0)
+        block = next(b for b in workbench.BLOCKS.values() if task in b.tasks)
+        assert block.decision_split(task) == split
+        lines = workbench.length_decisions(workbench.Records(), workbench.table_sweeps(), block)
+        assert where in lines[0]
+        header = lines[2].split(" | ")
+        column = header.index(heading)
+        row = next(
+            line
+            for line in lines
+            if line.startswith(
+                f"| {next(r.label for r in workbench.ROWS if r.arch == arch and r.variant == 'default')} |"
+            )
+        )
+        assert row.split(" | ")[column] == "36 / 1"  # 146 and 4 of 400, rounded
 
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned", "none", "alibi"])
