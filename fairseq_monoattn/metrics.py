@@ -71,6 +71,20 @@ def edit_distance(hypothesis: Sequence[int], target: Sequence[int], eos: int) ->
     return levenshtein(without_eos(hypothesis, eos), without_eos(target, eos))
 
 
+def is_cut_short(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> bool:
+    """Every token of the output right but its EOS too early: the output (EOS excluded) is a
+    proper prefix of the target's tokens."""
+    output, wanted = without_eos(hypothesis, eos), without_eos(target, eos)
+    return len(output) < len(wanted) and wanted[: len(output)] == output
+
+
+def gives_the_whole_target(hypothesis: Sequence[int], target: Sequence[int], eos: int) -> bool:
+    """The target's tokens (EOS excluded) begin the output: an exact match, or an output that
+    gives the whole target and goes on (or never writes EOS)."""
+    wanted = without_eos(target, eos)
+    return without_eos(hypothesis, eos)[: len(wanted)] == wanted
+
+
 # --- per-token accuracy (Delétang et al., ICLR 2023) -------------------------------------------
 
 
@@ -154,17 +168,27 @@ class GreedyDecoder:
 
     @torch.no_grad()
     def decode(
-        self, models, sample, encoder_out=None, attention_peaks: bool = False, logits: bool = False
+        self,
+        models,
+        sample,
+        encoder_out=None,
+        attention_peaks: bool = False,
+        logits: bool = False,
+        output_lengths: Optional[torch.Tensor] = None,
     ) -> "GreedyOutput":
         """The outputs of the batch, with the direction gate of each example (the decoder's
         ``extra["direction"]`` at the first step, or None) and, with ``attention_peaks``, how sharp
         each example's attention was on its own output, with ``logits`` the decoder's output at
-        each example's steps (see :class:`GreedyOutput`)."""
+        each example's steps (see :class:`GreedyOutput`).  ``output_lengths`` (B,): decode told
+        each example's length, the oracle of Newman et al. (2020): EOS is never chosen before that
+        many tokens and is forced after them."""
         (model,) = models
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         batch = src_tokens.size(0)
         max_len = self.max_length(model, src_tokens)
+        if output_lengths is not None and int(output_lengths.max()) > max_len:
+            raise ValueError(f"output_lengths: {int(output_lengths.max())} tokens past the length limit {max_len}")
         if encoder_out is None:
             encoder_out = model.encoder(src_tokens, net_input.get("src_lengths"))
         incremental_state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
@@ -193,7 +217,11 @@ class GreedyDecoder:
                 chosen = torch.full_like(active, self.eos)
             else:
                 lprobs[:, self.pad] = float("-inf")
+                if output_lengths is not None:  # told the length: no EOS before it
+                    lprobs[:, self.eos].masked_fill_(output_lengths[active] > step, float("-inf"))
                 chosen = lprobs.argmax(dim=-1)
+            if output_lengths is not None:  # and EOS at it
+                chosen = chosen.masked_fill(output_lengths[active] <= step, self.eos)
             tokens[active, step + 1] = chosen
             finished = chosen.eq(self.eos)
             for row in active[finished].tolist():
@@ -281,6 +309,10 @@ class Tally:
     target_tokens: int = 0
     tokens_right: int = 0
     eos_right: int = 0
+    # exact matches when the decoding is told each target's length (EOS forbidden before it and
+    # forced at it: the oracle of Newman et al., 2020), counted apart (add_length_oracle); None
+    # where they were not counted
+    length_oracle_correct: Optional[int] = None
 
     def add(self, hypotheses, targets, eos: int):
         for hypothesis, target in zip(hypotheses, targets):
@@ -294,9 +326,9 @@ class Tally:
                 continue
             output, wanted = without_eos(hypothesis, eos), without_eos(target, eos)
             self.edit_distance += levenshtein(output, wanted)
-            if len(output) < len(wanted) and wanted[: len(output)] == output:
+            if is_cut_short(hypothesis, target, eos):
                 self.cut_short += 1
-            elif output[: len(wanted)] == wanted:
+            elif gives_the_whole_target(hypothesis, target, eos):
                 self.overran += 1
 
     @property
@@ -318,13 +350,29 @@ class Tally:
         positions = self.target_tokens + self.size
         return 100.0 * (self.tokens_right + self.eos_right) / positions if positions else 0.0
 
+    def add_length_oracle(self, correct: int) -> None:
+        """A batch's exact matches under the length oracle (see :attr:`length_oracle_correct`)."""
+        self.length_oracle_correct = (self.length_oracle_correct or 0) + correct
+
+    @property
+    def length_oracle_accuracy(self) -> Optional[float]:
+        if self.length_oracle_correct is None:
+            return None
+        return 100.0 * self.length_oracle_correct / self.size if self.size else 0.0
+
     def as_dict(self) -> Dict[str, float]:
+        counts = asdict(self)
+        oracle = {}
+        if counts.pop("length_oracle_correct") is not None:
+            oracle = dict(length_oracle_correct=self.length_oracle_correct,
+                          length_oracle_accuracy=self.length_oracle_accuracy)  # fmt: skip
         return dict(
-            asdict(self),
+            counts,
             accuracy=self.accuracy,
             mean_edit_distance=self.mean_edit_distance,
             per_token_accuracy=self.per_token_accuracy,
             per_token_accuracy_with_eos=self.per_token_accuracy_with_eos,
+            **oracle,
         )
 
 

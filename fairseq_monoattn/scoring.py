@@ -24,10 +24,14 @@ from .limits import SCORING_BATCH_SIZE
 from .metrics import (
     GreedyDecoder,
     Tally,
+    gives_the_whole_target,
     greedy_generator,
     greedy_hypotheses,
+    is_cut_short,
+    is_exact_match,
     strip_pad_rows,
     teacher_forced_rows,
+    without_eos,
     wrong_rows,
 )
 
@@ -212,6 +216,29 @@ def decode_batch(generator, models, sample, pad: int):
     return decoded.hypotheses, direction, peaks
 
 
+def length_oracle_correct(generator, models, sample, hypotheses, targets, eos: int) -> Optional[int]:
+    """How many outputs of a batch are exactly right when the decoding is told each target's
+    length (EOS forbidden before it and forced at it: the oracle of Newman et al., 2020), None
+    where the generator is not the plugin's ``GreedyDecoder`` (which alone takes lengths).
+
+    The oracle changes a greedy output only from the first step where that output chose EOS
+    before the target's length: an output that gives the whole target (right, or going on past
+    it) is right under the oracle; one whose first wrong token is not an EOS stays wrong.  So only
+    the outputs that were cut short (``hypotheses``, against ``targets`` without padding) are
+    decoded again, told their lengths."""
+    if not isinstance(generator, GreedyDecoder):
+        return None
+    told_right = sum(gives_the_whole_target(h, t, eos) for h, t in zip(hypotheses, targets))
+    rows = [row for row, (h, t) in enumerate(zip(hypotheses, targets)) if is_cut_short(h, t, eos)]
+    if not rows:
+        return told_right
+    index = torch.tensor(rows, device=sample["net_input"]["src_tokens"].device)
+    net_input = {key: sample["net_input"][key].index_select(0, index) for key in ("src_tokens", "src_lengths")}
+    lengths = index.new_tensor([len(without_eos(targets[row], eos)) for row in rows])
+    redone = generator.decode(models, {"net_input": net_input}, output_lengths=lengths).hypotheses
+    return told_right + sum(is_exact_match(h, targets[row]) for h, row in zip(redone, rows))
+
+
 def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
     """The direction gate g (B,) of a batch: the decoder's ``extra["direction"]`` of the pass just
     made (the GRU's and the Transformer's location decoders), else the model's own
@@ -257,6 +284,10 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
         peaks.add(batch_peaks)
         targets = strip_pad_rows(sample["target"], pad)
         tally.add(hypotheses, targets, eos)
+        with torch.no_grad():
+            told_right = length_oracle_correct(generator, models, sample, hypotheses, targets, eos)
+        if told_right is not None:
+            tally.add_length_oracle(told_right)
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
             if example_id in found:
                 raise RuntimeError(f"{split}: example {example_id} was decoded twice")
@@ -361,17 +392,25 @@ def table(scores) -> str:
     the model has them."""
     gated = any(s.get("direction_gate") for s in scores.values())
     peaked = any(s.get("attention_peak") for s in scores.values())
+    told = any(s.get("length_oracle_accuracy") is not None for s in scores.values())
     rows = [
         "| split | size | accuracy % | mean edit distance | wrong: cut short | wrong: overran |"
+        + (" accuracy told the length % |" if told else "")
         + (" direction gate g (mean; forward share) |" if gated else "")
         + (" attention peak (mean) |" if peaked else ""),
-        "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if gated else "") + (" ---: |" if peaked else ""),
+        "| --- | ---: | ---: | ---: | ---: | ---: |"
+        + (" ---: |" if told else "")
+        + (" ---: |" if gated else "")
+        + (" ---: |" if peaked else ""),
     ]
     for split, s in scores.items():
         row = (
             f"| {split} | {s['size']} | {s['accuracy']:.2f} | {s['mean_edit_distance']:.2f} "
             f"| {s['cut_short']} | {s['overran']} |"
         )
+        if told:
+            oracle = s.get("length_oracle_accuracy")
+            row += f" {oracle:.2f} |" if oracle is not None else " |"
         if gated:
             gate = s.get("direction_gate")
             row += f" {gate['mean']:.3f}; {100 * gate['forward_share']:.0f}% |" if gate else " |"
@@ -385,6 +424,11 @@ def table(scores) -> str:
         ("" if gated else "\n")  # a blank line ends the table
         + "Cut short: every token right, EOS too early. Overran: the whole target, then more (or no EOS)."
     )
+    if told:
+        rows.append(
+            "Accuracy told the length: exact match when decoding may not end before the target's length and "
+            "must end there (Newman et al., 2020)."
+        )
     if peaked:
         rows.append(
             "Attention peak: the largest cross-attention weight of each output step on the target, averaged "

@@ -294,6 +294,76 @@ def test_greedy_decoding_keeps_each_steps_logits_which_are_the_teacher_forced_on
     assert not decoded.logits[~steps].any()
 
 
+ORACLE_ARCHS = ["gru_content", "gru_onestep", "gru_mix_monoattn_pr", "transformer_monoattn_recency"]
+
+
+@pytest.mark.parametrize("arch", ORACLE_ARCHS)
+def test_decoding_told_the_lengths_writes_exactly_them_and_otherwise_the_most_probable_token(arch):
+    """GreedyDecoder.decode(output_lengths=...), Newman et al.'s length oracle: each output has its
+    length and then EOS, and every other token is the step's most probable one but EOS and pad."""
+    from fairseq_monoattn.metrics import GreedyDecoder
+
+    model = build(arch, D, seed=3).to(torch.float64)
+    lengths = torch.tensor([3, 0, 7, 12, 1])
+    decoded = GreedyDecoder(D, max_len_b=40).decode([model], batch(D, SOURCES), logits=True, output_lengths=lengths)
+    for row, (output, length) in enumerate(zip(decoded.hypotheses, lengths.tolist())):
+        assert len(output) == length + 1 and output[-1] == D.eos() and D.eos() not in output[:-1]
+        for step in range(length):
+            logits = decoded.logits[row, step].clone()
+            logits[[D.pad(), D.eos()]] = float("-inf")
+            assert output[step] == int(logits.argmax())
+    with pytest.raises(ValueError, match="past the length limit 40"):
+        GreedyDecoder(D, max_len_b=40).decode([model], batch(D, SOURCES), output_lengths=lengths + 30)
+
+
+@pytest.mark.parametrize("arch", ORACLE_ARCHS)
+def test_the_length_oracle_decodes_again_only_the_outputs_cut_short_and_counts_as_decoding_all_told(arch):
+    """scoring.length_oracle_correct against decoding the whole batch told each target's length:
+    the same count, with targets made from the model's own outputs so that every kind is there
+    (right, cut short, gone on past the target, and wrong from the first token where the output
+    has one), and one encoder pass over the rows cut short alone."""
+    from fairseq_monoattn.metrics import GreedyDecoder, Tally, is_cut_short, is_exact_match, without_eos
+    from fairseq_monoattn.scoring import length_oracle_correct
+
+    model = build(arch, D, seed=3).to(torch.float64)
+    sample = batch(D, SOURCES)
+    # (untrained, these models end at once or run to the limit; scoring's limit is well past every target)
+    outputs = GreedyDecoder(D, max_len_b=12).generate([model], sample)
+    generator = GreedyDecoder(D, max_len_b=40)
+    eos, one, two = D.eos(), D.index("1"), D.index("2")
+    body = [without_eos(output, eos) for output in outputs]
+    targets = [
+        outputs[0],  # right
+        body[1] + [one, two, eos],  # cut short: the output stops two tokens early
+        body[2][:-1] + [eos],  # the output goes on past the target (or is it)
+        None,  # cut short, and right when told its length: below
+        [two if body[4][:1] == [one] else one, eos],  # wrong from its first token (cut short if it has none)
+    ]
+    # the model's own output told two tokens more than it wrote (the same tokens up to its end)
+    told_two_more = torch.tensor([len(body[3]) + 2] * len(SOURCES))
+    targets[3] = generator.decode([model], sample, output_lengths=told_two_more).hypotheses[3]
+    cut_short = [row for row, (h, t) in enumerate(zip(outputs, targets)) if is_cut_short(h, t, eos)]
+    assert cut_short in ([1, 3], [1, 3, 4])
+    sources = []
+    hook = model.encoder.register_forward_hook(lambda _module, args, _out: sources.append(len(args[0])))
+    counted = length_oracle_correct(generator, [model], sample, outputs, targets, eos)
+    hook.remove()
+    assert sources == [len(cut_short)]  # only the outputs cut short, decoded again together
+    told = generator.decode([model], sample, output_lengths=torch.tensor([len(t) - 1 for t in targets])).hypotheses
+    assert counted == sum(is_exact_match(h, t) for h, t in zip(told, targets))
+    assert all(is_exact_match(told[row], targets[row]) for row in (0, 2, 3))
+    assert 4 in cut_short or not is_exact_match(told[4], targets[4])
+    from fairseq.sequence_generator import SequenceGenerator
+
+    fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_b=40, min_len=0)
+    assert length_oracle_correct(fairseqs, [model], sample, outputs, targets, eos) is None
+    tally = Tally()
+    tally.add(outputs, targets, eos)
+    assert "length_oracle_accuracy" not in tally.as_dict()  # not counted: not in the scores
+    tally.add_length_oracle(counted)
+    assert tally.as_dict()["length_oracle_accuracy"] == pytest.approx(100 * counted / 5)
+
+
 def test_validation_calls_a_criterion_that_has_its_own_forward():
     """A subclass of seq_acc with its own forward (an extra loss term, say) is called as fairseq
     calls it; the decoding's outputs are only handed to the plain criterion."""

@@ -242,6 +242,23 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     assert (recorded["min"], recorded["max"]) == pytest.approx((min(gates), max(gates)), abs=1e-5)
     assert recorded["forward_share"] == sum(g > 0.5 for g in gates) / 13
     assert "| attention peak (mean) |" in scoring_table(results)
+    # told each target's length (Newman et al.'s oracle), recounted by decoding each example alone
+    # told its length: the scorer decodes again only what was cut short and counts the rest as is
+    from fairseq_monoattn.metrics import GreedyDecoder
+
+    wide, _, _ = load_for_scoring(checkpoint, data / "bin", dtype=torch.float64)
+    alone = GreedyDecoder(task.target_dictionary, max_len_b=results["test9"]["max_output_len"])
+    told_right = 0
+    for i in range(13):
+        item = task.dataset("test9")[i]
+        sample = {
+            "net_input": {"src_tokens": item["source"].unsqueeze(0), "src_lengths": torch.tensor([len(item["source"])])}
+        }
+        told = alone.decode(wide, sample, output_lengths=torch.tensor([len(item["target"]) - 1])).hypotheses[0]
+        told_right += told == item["target"].tolist()
+    counted = results["test9"]
+    assert counted["length_oracle_correct"] == told_right >= counted["correct"] + counted["overran"]
+    assert counted["length_oracle_accuracy"] == pytest.approx(100 * told_right / 13)
     with pytest.raises(CheckpointError, match="exists"):
         score(checkpoint, data / "bin", ["test9"], out)
 
