@@ -258,6 +258,7 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
                 lines.append(f"| *{published.model} ({where})* | " + " | ".join(cells) + " |")
         lines.append("")
         lines += length_decisions(records, sweeps, block)
+        lines += told_the_length(records, sweeps, block)
         pictures = [task for task in block.tasks if task in plots]
         lines += [f"![{title(task)}: accuracy against length]({plots[task]})\n" for task in pictures]
     return "\n".join(lines)
@@ -299,6 +300,33 @@ def length_decisions(records: Records, sweeps: Sequence, block: Block) -> List[s
                 else "–"
             )
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def told_the_length(records: Records, sweeps: Sequence, block: Block) -> List[str]:
+    """Exact match on the block's :meth:`Block.decision_split` when the decoding is told each
+    target's length (the length oracle of Newman et al., 2020), per row and task, the median over
+    seeds; no table where no record of the block has it (records scored before it was counted)."""
+    cells, counted = {}, False
+    for row in ROWS:
+        for task in block.tasks:
+            splits = (
+                r["splits"].get(block.decision_split(task)) or {} for r in cell_records(records, sweeps, row, task)
+            )
+            values = [split["length_oracle_accuracy"] for split in splits if "length_oracle_accuracy" in split]
+            cells[row, task] = format_cell(values, len(WORKBENCH_SEEDS))
+            counted = counted or bool(values)
+    if not counted:
+        return []
+    lines = [
+        f"Exact match % {DECISION_SPLITS[block.measure]} when the decoding is told each target's length (EOS "
+        "forbidden before it and forced at it: the oracle of Newman et al., 2020), the median over seeds; – where "
+        "the records were scored before it was counted.",
+        "",
+        "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
+        "|---|" + "---:|" * len(block.tasks),
+    ]
+    lines += [f"| {row.label} | " + " | ".join(cells[row, task] for task in block.tasks) + " |" for row in ROWS]
     return lines + [""]
 
 

@@ -163,7 +163,8 @@ def test_the_length_decisions_are_the_shares_of_the_longest_split_cut_short_and_
 
 def test_the_scan_cutoffs_and_probing_length_decisions_count_the_split_their_cells_score(tmp_path, monkeypatch):
     """SCAN's cells score the commands past the cutoff (split test), a probing cell its task's
-    longest test length; their length decisions count the same outputs, under the same headings."""
+    longest test length; their length decisions count the same outputs, under the same headings,
+    and so does the exact match told the length, once a record has it."""
     monkeypatch.chdir(tmp_path)
     cases = [
         ("workbench-scan-cutoffs-gru", "scan_cutoff26", "gru_content", "test", "SCAN ≤26", "on the commands longer"),
@@ -173,27 +174,25 @@ def test_the_scan_cutoffs_and_probing_length_decisions_count_the_split_their_cel
         sweep = SWEEPS[name]
         spec = next(s for s in sweep.specs() if (s.task, s.arch, s.variant, s.seed) == (task, arch, "default", 1))
         splits = {split: {"accuracy": 62.5, "size": 400, "cut_short": 146, "overran": 4}}
-        splits["test_iid" if name == "table2" else "test15"] = {
-            "accuracy": 99,
-            "size": 10,
-            "cut_short": 10,
-            "overran": 0,
-        }
+        fitted = {"accuracy": 99, "size": 10, "cut_short": 10, "overran": 0}
+        splits["test_iid" if name == "table2" else "test15"] = fitted
         write_record(sweep.results_folder(tmp_path), spec, splits, valid=99.0)
         block = next(b for b in workbench.BLOCKS.values() if task in b.tasks)
         assert block.decision_split(task) == split
         lines = workbench.length_decisions(workbench.Records(), workbench.table_sweeps(), block)
         assert where in lines[0]
-        header = lines[2].split(" | ")
-        column = header.index(heading)
-        row = next(
-            line
-            for line in lines
-            if line.startswith(
-                f"| {next(r.label for r in workbench.ROWS if r.arch == arch and r.variant == 'default')} |"
-            )
-        )
+        column = lines[2].split(" | ").index(heading)
+        label = next(r.label for r in workbench.ROWS if r.arch == arch and r.variant == "default")
+        row = next(line for line in lines if line.startswith(f"| {label} |"))
         assert row.split(" | ")[column] == "36 / 1"  # 146 and 4 of 400, rounded
+        # exact match told the length: no table while no record has it, then the cell's median
+        assert workbench.told_the_length(workbench.Records(), workbench.table_sweeps(), block) == []
+        splits[split]["length_oracle_accuracy"] = 98.3
+        write_record(sweep.results_folder(tmp_path), spec, splits, valid=99.0)
+        lines = workbench.told_the_length(workbench.Records(), workbench.table_sweeps(), block)
+        assert where in lines[0] and lines[2].split(" | ").index(heading) == column
+        row = next(line for line in lines if line.startswith(f"| {label} |"))
+        assert row.split(" | ")[column] == "98.3 (1/3)" and row.count("–") == len(block.tasks) - 1
 
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned", "none", "alibi"])
