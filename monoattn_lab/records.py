@@ -18,8 +18,9 @@ class RecordError(RunError):
 
 
 RECORD_VERSION = 1
-# per test split; records made before the scorer counted cut-short and overran outputs lack those two, and
-# records made before they kept the per-token accuracy (of the target's tokens, and with its EOS) lack the last two
+# per test split; records made before the scorer counted cut-short and overran outputs lack those two,
+# records made before they kept the per-token accuracy (of the target's tokens, and with its EOS) lack those
+# two, and records scored before the length oracle (``fairseq-monoattn-sweep rescore`` adds it) lack the last
 RECORDED_SCORES = (
     "size",
     "correct",
@@ -29,6 +30,7 @@ RECORDED_SCORES = (
     "overran",
     "per_token_accuracy",
     "per_token_accuracy_with_eos",
+    "length_oracle_accuracy",
 )
 
 

@@ -160,22 +160,69 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
                 + f"; see {run_dir / 'stdout.log'}"
             )
         log(f"[{spec.key}] scoring checkpoint_best.pt")
-        from fairseq_monoattn.scoring import score  # torch and fairseq: not for the commands that only plan runs
-
-        start = time.time()
-        score(
-            run_dir / "checkpoints" / "checkpoint_best.pt",
-            data / "bin",
-            test_splits(data),
-            scores_file,
-            force=True,
-            user_dir=spec.user_dir,  # a user's preset or entry is only known after importing it
-        )
-        timing["scoring_seconds"] = time.time() - start
-        write_json_atomic(timing_file, timing)
+        score_run(spec, data, run_dir, timing)
     record = make_record(spec, run_dir, data, timing)
     write_json_atomic(record_path, record)
     log(f"[{spec.key}] recorded {record_path}")
+    return record
+
+
+def score_run(spec: RunSpec, data: Path, run_dir: Path, timing: dict) -> None:
+    """Score the run's ``checkpoint_best.pt`` on the data's test splits into its ``scores.json``,
+    and the time it took into ``timing`` and its ``timing.json``."""
+    from fairseq_monoattn.scoring import score  # torch and fairseq: not for the commands that only plan runs
+
+    start = time.time()
+    score(
+        run_dir / "checkpoints" / "checkpoint_best.pt",
+        data / "bin",
+        test_splits(data),
+        run_dir / "scores.json",
+        force=True,
+        user_dir=spec.user_dir,  # a user's preset or entry is only known after importing it
+    )
+    timing["scoring_seconds"] = time.time() - start
+    write_json_atomic(run_dir / "timing.json", timing)
+
+
+# what a record says of its training: scoring again must find the same run in the work folder
+TRAINING_FACTS = ("train_options", "epochs_run", "best_epoch", "best_valid_accuracy", "valid_accuracy",
+                  "training_seconds", "model_config")  # fmt: skip
+# what scoring again may change; the rest of the record is kept as it was
+SCORED_FIELDS = ("splits", "direction_gate", "attention_peak", "scoring_seconds", "scoring_precision")
+
+
+def rescore(spec: RunSpec, work: Path, results: Path, log=print) -> Optional[dict]:
+    """Score a recorded run's ``checkpoint_best.pt`` again with the scorer as it is now (a measure
+    it gained after the run) and rewrite the record's scores, keeping the rest of the record; None
+    where there is no record, or the work folder no longer holds the run's checkpoint.  A run
+    folder whose training is not the record's (another epoch count, validation, time or model) is
+    refused and the record left as it was."""
+    record_path = spec.record_path(results)
+    run_dir = spec.run_dir(work)
+    if not record_path.exists() or not (run_dir / "checkpoints" / "checkpoint_best.pt").exists():
+        return None
+    data = prepared_data(spec, work)
+    with file_lock(run_dir / ".lock", busy=busy_message(spec, run_dir)):
+        old = existing_record(spec, record_path)
+        timing_file = run_dir / "timing.json"
+        timing = read_json(timing_file, "the run's timing") if timing_file.exists() else {}
+        before = make_record(spec, run_dir, data, timing)  # the run folder's training, read before scoring
+        changed = [key for key in TRAINING_FACTS if before[key] != old[key]]
+        if changed:
+            raise RunError(
+                f"{run_dir} is not the run {record_path} records (its {', '.join(changed)} differ); nothing was changed"
+            )
+        log(f"[{spec.key}] scoring checkpoint_best.pt again")
+        score_run(spec, data, run_dir, timing)
+        new = make_record(spec, run_dir, data, timing)
+        record = {**old, **{key: new[key] for key in SCORED_FIELDS}}
+        write_json_atomic(record_path, record)
+    for split, scores in record["splits"].items():
+        moved = [key for key, value in old["splits"].get(split, {}).items() if scores.get(key) != value]
+        if moved:
+            log(f"[{spec.key}] {split}: {', '.join(moved)} changed with the scorer of today")
+    log(f"[{spec.key}] rescored {record_path}")
     return record
 
 

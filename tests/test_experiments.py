@@ -29,7 +29,7 @@ from fairseq_monoattn.scoring import table as scoring_table
 from monoattn_lab import aggregate, compare, launch
 from monoattn_lab.outdated import check_checkpoint_matches
 from monoattn_lab.records import RECORDED_SCORES, load_records, run_seconds
-from monoattn_lab.runs import run
+from monoattn_lab.runs import SCORED_FIELDS, rescore, run
 from monoattn_lab.spec import RunError, RunSpec, planned_model_config, train_command, training_options
 
 EOS = 2
@@ -168,8 +168,9 @@ def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
     saved_record, saved_scores = record_path.read_text(), scores_file.read_text()
     try:
         scores = json.loads(saved_scores)
-        for split in scores["splits"].values():  # nor the per-token accuracy, which came later
+        for split in scores["splits"].values():  # nor the per-token accuracy and the length oracle, which came later
             del split["cut_short"], split["overran"], split["per_token_accuracy"], split["per_token_accuracy_with_eos"]
+            del split["length_oracle_correct"], split["length_oracle_accuracy"]
         scores_file.write_text(json.dumps(scores))
         record_path.unlink()
         before = scores_file.stat().st_mtime_ns
@@ -201,6 +202,53 @@ def test_a_recorded_run_is_skipped_and_another_variant_under_its_name_refused(fi
         assert not path.exists()
     finally:
         path.with_suffix(".moved").rename(path)
+
+
+def test_rescoring_a_record_adds_what_the_scorer_counts_now_and_keeps_the_rest(finished, tmp_path):
+    """A record scored before the length oracle (its scores lack it) gets it from the run's
+    checkpoint, the same scores as a run recorded today; everything else of the record is kept.  A
+    work folder whose run is not the record's is refused, one without the run leaves it alone."""
+    import shutil
+
+    work, results, spec, record = finished
+    work, results = shutil.copytree(work, tmp_path / "work"), shutil.copytree(results, tmp_path / "results")
+    path = spec.record_path(results)
+    older = json.loads(path.read_text())
+    for scores in older["splits"].values():
+        del scores["length_oracle_accuracy"]
+    older["environment"] = {"the machine": "it trained on"}
+    path.write_text(json.dumps(older))
+    lines = []
+    rescored = rescore(spec, work, results, log=lines.append)
+    assert json.loads(path.read_text()) == rescored
+    assert rescored["splits"] == record["splits"]  # the same checkpoint and scorer: the same numbers
+    assert {k: v for k, v in rescored.items() if k not in SCORED_FIELDS} == {
+        k: v for k, v in older.items() if k not in SCORED_FIELDS
+    }
+    assert lines[-1] == f"[{spec.key}] rescored {path}" and not any("changed" in line for line in lines)
+    # a run folder that holds another training than the record says: refused, the record as it was
+    older["best_valid_accuracy"] = 12.5
+    path.write_text(json.dumps(older))
+    with pytest.raises(RunError, match="its best_valid_accuracy differ"):
+        rescore(spec, work, results, log=lines.append)
+    assert json.loads(path.read_text()) == older
+    assert rescore(spec, tmp_path / "elsewhere", results) is None  # no checkpoint there
+    assert json.loads(path.read_text()) == older
+
+
+def test_the_rescore_command_counts_what_it_rescored_and_what_it_left(tmp_path, capsys):
+    from monoattn_lab.cli import sweep as sweep_command
+    from monoattn_lab.sweeps import SWEEPS
+
+    results = tmp_path / "results"
+    spec = SWEEPS["smoke"].specs()[0]
+    spec.record_path(results).parent.mkdir(parents=True)
+    spec.record_path(results).write_text("{}")  # a record whose run is not in the work folder
+    code = sweep_command.main(["rescore", "smoke", "--work", str(tmp_path / "work"), "--results", str(results)])
+    assert code == 0 and spec.record_path(results).read_text() == "{}"
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"0 records rescored; 1 left as they were (their checkpoints are not in {tmp_path / 'work'})"
+    )
 
 
 def test_score_counts_every_example_and_matches_written_predictions(finished, tmp_path):

@@ -26,19 +26,29 @@ def build_parser() -> Parser:
     from ..sweeps import SWEEPS
 
     parser = Parser(prog="fairseq-monoattn-sweep", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,status}", parser_class=Parser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{list,run,status,rescore}", parser_class=Parser
+    )
     commands.add_parser("list", help="the named sweeps", description="The named sweeps and their sizes.")
-    for name in ("run", "status"):
-        sub = commands.add_parser(
-            name,
-            help="run (resume) a sweep" if name == "run" else "done / left of a sweep",
-            description=f"{'Run (resume)' if name == 'run' else 'What is done and left of'} a named sweep.",
-        )
+    descriptions = {
+        "run": ("run (resume) a sweep", "Run (resume) a named sweep."),
+        "status": ("done / left of a sweep", "What is done and left of a named sweep."),
+        "rescore": (
+            "score a sweep's recorded runs again",
+            "Score the recorded runs of a named sweep again, from their checkpoints in --work, with the scorer as "
+            "it is now (a measure it gained after the runs), and rewrite their records' scores; a run whose "
+            "checkpoint is not in --work is left as it is.",
+        ),
+    }
+    for name, (summary, description) in descriptions.items():
+        sub = commands.add_parser(name, help=summary, description=description)
         sub.add_argument("sweep", help=", ".join(SWEEPS))
         add_places(sub, results=None)
         add_seeds(sub, default=None, help="instead of the sweep's seeds")
         sub.add_argument("--task", nargs="+", default=None, metavar="TASK", help="only these tasks of the sweep")
         add_arch(sub, required=False, help="only these presets of the sweep")
+        if name == "rescore":
+            continue
         sub.add_argument(
             "--more-seeds-where-different",
             type=SEED,
@@ -96,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.results = sweep.results_folder(args.work)
     if args.seeds:
         sweep = replace(sweep, seeds=tuple(args.seeds))
+    if args.command == "rescore":
+        return rescore_sweep(args, sweep)
     from ..records import read_records
 
     records, problems = read_records(args.results) if args.results.exists() else ([], [])
@@ -178,6 +190,31 @@ def run_sweep(parser: Parser, args, sweep) -> int:
         specs, args.work, args.results, jobs=args.jobs, on_record=on_record, log=log, nice=args.nice
     )
     return launch.summarize_outcome(outcome, log=log)
+
+
+def rescore_sweep(args, sweep) -> int:
+    """``rescore``: each recorded run of the sweep whose checkpoint the work folder holds, one at a
+    time; exit status 1 if any was refused."""
+    from ..runs import rescore
+    from ..spec import RunError
+
+    rescored = missing = refused = 0
+    for spec in sweep.specs():
+        if not spec.record_path(args.results).exists():
+            continue
+        try:
+            record = rescore(spec, args.work, args.results, log=lambda line: print(line, flush=True))
+        except RunError as error:  # RunBusy too: another process holds the run
+            print(f"error: [{spec.key}] {error}", file=sys.stderr)
+            refused += 1
+            continue
+        rescored += record is not None
+        missing += record is None
+    print(
+        f"{rescored} records rescored; {missing} left as they were (their checkpoints are not in {args.work})"
+        + (f"; {refused} refused (above)" if refused else "")
+    )
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":
