@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -266,15 +267,17 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
     if max_output_len is None:
         max_output_len = 2 * int(max(dataset.tgt_sizes)) + 10
     generator = greedy_generator(models, task.target_dictionary, max_len_b=max_output_len)
-    batches = task.get_batch_iterator(
-        dataset=dataset,
-        max_sentences=batch_size,
-        max_positions=None,
-        ignore_invalid_inputs=False,
-        required_batch_size_multiple=1,
-        seed=1,
-        num_workers=0,
-    ).next_epoch_itr(shuffle=False)
+    with warnings.catch_warnings():  # fairseq asks its loader to pin memory, which only a GPU has
+        warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true but no accelerator")
+        batches = task.get_batch_iterator(
+            dataset=dataset,
+            max_sentences=batch_size,
+            max_positions=None,
+            ignore_invalid_inputs=False,
+            required_batch_size_multiple=1,
+            seed=1,
+            num_workers=0,
+        ).next_epoch_itr(shuffle=False)
     pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
     tally, gates, peaks, found = Tally(), GateTally(), AttentionPeakTally(), {}
     for sample in progress(batches) if progress else batches:
