@@ -247,9 +247,9 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
             for task in block.tasks:
                 found = cell_records(records, sweeps, row, task)
                 values = [v for v in (block.value(r) for r in found) if v is not None]
-                cell = format_cell(values, seeds, block.measure == "per_token")
-                fitted = [v for v in map(block.fit, found) if v is not None]
-                cells.append(cell + (" †" if values and fitted and statistics.median(fitted) < FITTED else ""))
+                cells.append(
+                    format_cell(values, seeds, block.measure == "per_token") + unfitted_mark(block, found, values)
+                )
             lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
         for published in field_rows:
             if published.task in block.tasks:
@@ -310,24 +310,30 @@ def told_the_length(records: Records, sweeps: Sequence, block: Block) -> List[st
     cells, counted = {}, False
     for row in ROWS:
         for task in block.tasks:
-            splits = (
-                r["splits"].get(block.decision_split(task)) or {} for r in cell_records(records, sweeps, row, task)
-            )
+            found = cell_records(records, sweeps, row, task)
+            splits = (r["splits"].get(block.decision_split(task)) or {} for r in found)
             values = [split["length_oracle_accuracy"] for split in splits if "length_oracle_accuracy" in split]
-            cells[row, task] = format_cell(values, len(WORKBENCH_SEEDS))
+            cells[row, task] = format_cell(values, len(WORKBENCH_SEEDS)) + unfitted_mark(block, found, values)
             counted = counted or bool(values)
     if not counted:
         return []
     lines = [
         f"Exact match % {DECISION_SPLITS[block.measure]} when the decoding is told each target's length (EOS "
         "forbidden before it and forced at it: the oracle of Newman et al., 2020), the median over seeds; – where "
-        "the records were scored before it was counted.",
+        "the records were scored before it was counted; † as above.",
         "",
         "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
         "|---|" + "---:|" * len(block.tasks),
     ]
     lines += [f"| {row.label} | " + " | ".join(cells[row, task] for task in block.tasks) + " |" for row in ROWS]
     return lines + [""]
+
+
+def unfitted_mark(block: Block, found: Sequence[dict], values: Sequence[float]) -> str:
+    """ " †" where a cell with ``values`` stands on runs (``found``) that did not fit their training
+    lengths (the median of :meth:`Block.fit` below FITTED), else ""."""
+    fitted = [v for v in map(block.fit, found) if v is not None]
+    return " †" if values and fitted and statistics.median(fitted) < FITTED else ""
 
 
 def format_cell(values: Sequence[float], seeds: int, bold: bool = False) -> str:

@@ -193,6 +193,11 @@ def test_the_scan_cutoffs_and_probing_length_decisions_count_the_split_their_cel
         assert where in lines[0] and lines[2].split(" | ").index(heading) == column
         row = next(line for line in lines if line.startswith(f"| {label} |"))
         assert row.split(" | ")[column] == "98.3 (1/3)" and row.count("–") == len(block.tasks) - 1
+        fitted["accuracy"] = 50.0  # runs that did not fit their training lengths: marked as in the scores
+        write_record(sweep.results_folder(tmp_path), spec, splits, valid=50.0)
+        lines = workbench.told_the_length(workbench.Records(), workbench.table_sweeps(), block)
+        row = next(line for line in lines if line.startswith(f"| {label} |"))
+        assert row.split(" | ")[column] == "98.3 (1/3) †"
 
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned", "none", "alibi"])
