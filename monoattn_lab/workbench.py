@@ -279,7 +279,8 @@ def length_decisions(records: Records, sweeps: Sequence, block: Block) -> List[s
     lines = [
         f"Outputs {DECISION_SPLITS[block.measure]} that are right but stop too early (a proper prefix of the "
         "target) / that give the whole target and go on (% of the split, median over seeds): where the first "
-        "is high, the model reads right and its end-of-sequence decision fails.",
+        "is high, the model reads right and its end-of-sequence decision fails; – where no record has these "
+        "counts (not run, or scored before they were counted).",
         "",
         "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
         "|---|" + "---:|" * len(block.tasks),
