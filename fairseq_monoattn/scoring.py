@@ -226,11 +226,17 @@ def length_oracle_correct(generator, models, sample, hypotheses, targets, eos: i
     before the target's length: an output that gives the whole target (right, or going on past
     it) is right under the oracle; one whose first wrong token is not an EOS stays wrong.  So only
     the outputs that were cut short (``hypotheses``, against ``targets`` without padding) are
-    decoded again, told their lengths."""
+    decoded again, told their lengths, within the same output length limit: a target longer than
+    the limit is wrong under the oracle too."""
     if not isinstance(generator, GreedyDecoder):
         return None
     told_right = sum(gives_the_whole_target(h, t, eos) for h, t in zip(hypotheses, targets))
-    rows = [row for row, (h, t) in enumerate(zip(hypotheses, targets)) if is_cut_short(h, t, eos)]
+    limit = generator.max_length(models[0], sample["net_input"]["src_tokens"])
+    rows = [
+        row
+        for row, (h, t) in enumerate(zip(hypotheses, targets))
+        if is_cut_short(h, t, eos) and len(without_eos(t, eos)) <= limit
+    ]
     if not rows:
         return told_right
     index = torch.tensor(rows, device=sample["net_input"]["src_tokens"].device)

@@ -353,6 +353,14 @@ def test_the_length_oracle_decodes_again_only_the_outputs_cut_short_and_counts_a
     assert counted == sum(is_exact_match(h, t) for h, t in zip(told, targets))
     assert all(is_exact_match(told[row], targets[row]) for row in (0, 2, 3))
     assert 4 in cut_short or not is_exact_match(told[4], targets[4])
+    # under an output limit shorter than a target, that target is wrong told its length too (not decoded)
+    short = GreedyDecoder(D, max_len_b=len(targets[1]) - 2)
+    sources.clear()
+    hook = model.encoder.register_forward_hook(lambda _module, args, _out: sources.append(len(args[0])))
+    within = [row for row in cut_short if len(targets[row]) - 1 <= short.max_len_b]
+    assert length_oracle_correct(short, [model], sample, outputs, targets, eos) <= counted
+    hook.remove()
+    assert sources == ([len(within)] if within else [])
     from fairseq.sequence_generator import SequenceGenerator
 
     fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_b=40, min_len=0)
