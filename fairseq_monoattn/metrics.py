@@ -144,6 +144,23 @@ def greedy_generator(models, target_dictionary, max_len_a: float = 0.0, max_len_
     )
 
 
+def output_length_limit(generator, models, src_tokens: torch.Tensor) -> int:
+    """The most tokens before EOS that ``generator`` (fairseq's SequenceGenerator or
+    :class:`GreedyDecoder`) lets ``models`` write for a batch of sources: max_len_a times the
+    padded source width (EOS included), plus max_len_b, within the decoders' positions."""
+    limit = int(generator.max_len_a * src_tokens.size(1) + generator.max_len_b)
+    return min(limit, min(model.max_decoder_positions() for model in models) - 1)
+
+
+def told_length_generator(models, target_dictionary, length: int):
+    """fairseq's SequenceGenerator, beam 1, told the output's length: ``length`` tokens (EOS
+    forbidden before them) and then EOS, for the models :class:`GreedyDecoder` does not decode
+    (which is told a length per example instead)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    return SequenceGenerator(models, target_dictionary, beam_size=1, max_len_a=0, max_len_b=length, min_len=length)
+
+
 class GreedyDecoder:
     """Greedy decoding as fairseq's SequenceGenerator does it with beam 1 and min_len 0: the
     first input is </s>; each step takes the most probable token (never <pad>); a sentence ends at
@@ -156,9 +173,7 @@ class GreedyDecoder:
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
 
     def max_length(self, model, src_tokens: torch.Tensor) -> int:
-        """As SequenceGenerator: a times the padded source width (EOS included), plus b."""
-        limit = int(self.max_len_a * src_tokens.size(1) + self.max_len_b)
-        return min(limit, model.max_decoder_positions() - 1)
+        return output_length_limit(self, [model], src_tokens)
 
     @torch.no_grad()
     def generate(self, models, sample, encoder_out=None) -> List[List[int]]:
@@ -310,8 +325,8 @@ class Tally:
     tokens_right: int = 0
     eos_right: int = 0
     # exact matches when the decoding is told each target's length (EOS forbidden before it and
-    # forced at it: the oracle of Newman et al., 2020), counted apart (add_length_oracle); None
-    # where they were not counted
+    # forced at it: the oracle of Newman et al., 2020), counted apart by the scorer
+    # (add_length_oracle); None where they were not counted (validation does not)
     length_oracle_correct: Optional[int] = None
 
     def add(self, hypotheses, targets, eos: int):

@@ -30,8 +30,10 @@ from .metrics import (
     greedy_hypotheses,
     is_cut_short,
     is_exact_match,
+    output_length_limit,
     strip_pad_rows,
     teacher_forced_rows,
+    told_length_generator,
     without_eos,
     wrong_rows,
 )
@@ -217,33 +219,44 @@ def decode_batch(generator, models, sample, pad: int):
     return decoded.hypotheses, direction, peaks
 
 
-def length_oracle_correct(generator, models, sample, hypotheses, targets, eos: int) -> Optional[int]:
+def length_oracle_correct(generator, models, sample, hypotheses, targets, target_dictionary) -> int:
     """How many outputs of a batch are exactly right when the decoding is told each target's
-    length (EOS forbidden before it and forced at it: the oracle of Newman et al., 2020), None
-    where the generator is not the plugin's ``GreedyDecoder`` (which alone takes lengths).
+    length (EOS forbidden before it and forced at it: the oracle of Newman et al., 2020).
 
     The oracle changes a greedy output only from the first step where that output chose EOS
     before the target's length: an output that gives the whole target (right, or going on past
     it) is right under the oracle; one whose first wrong token is not an EOS stays wrong.  So only
     the outputs that were cut short (``hypotheses``, against ``targets`` without padding) are
-    decoded again, told their lengths, within the same output length limit: a target longer than
-    the limit is wrong under the oracle too."""
-    if not isinstance(generator, GreedyDecoder):
-        return None
+    decoded again, told their lengths, within the same output length limit (a longer target is
+    wrong under the oracle too): by the plugin's ``GreedyDecoder`` in one batch, by fairseq's
+    generator for other models in one batch per length."""
+    eos = target_dictionary.eos()
     told_right = sum(gives_the_whole_target(h, t, eos) for h, t in zip(hypotheses, targets))
-    limit = generator.max_length(models[0], sample["net_input"]["src_tokens"])
-    rows = [
-        row
+    src_tokens = sample["net_input"]["src_tokens"]
+    limit = output_length_limit(generator, models, src_tokens)
+    lengths = {
+        row: len(without_eos(t, eos))
         for row, (h, t) in enumerate(zip(hypotheses, targets))
         if is_cut_short(h, t, eos) and len(without_eos(t, eos)) <= limit
-    ]
-    if not rows:
-        return told_right
-    index = torch.tensor(rows, device=sample["net_input"]["src_tokens"].device)
-    net_input = {key: sample["net_input"][key].index_select(0, index) for key in ("src_tokens", "src_lengths")}
-    lengths = index.new_tensor([len(without_eos(targets[row], eos)) for row in rows])
-    redone = generator.decode(models, {"net_input": net_input}, output_lengths=lengths).hypotheses
-    return told_right + sum(is_exact_match(h, targets[row]) for h, row in zip(redone, rows))
+    }
+    if isinstance(generator, GreedyDecoder):
+        groups = [list(lengths)] if lengths else []
+    else:
+        groups = [[row for row in lengths if lengths[row] == n] for n in sorted(set(lengths.values()))]
+    for rows in groups:
+        index = torch.tensor(rows, device=src_tokens.device)
+        told = {
+            "net_input": {key: sample["net_input"][key].index_select(0, index) for key in ("src_tokens", "src_lengths")}
+        }
+        if isinstance(generator, GreedyDecoder):
+            outputs = generator.decode(models, told, output_lengths=index.new_tensor([lengths[r] for r in rows]))
+            outputs = outputs.hypotheses
+        else:
+            outputs = greedy_hypotheses(
+                told_length_generator(models, target_dictionary, lengths[rows[0]]), models, told
+            )
+        told_right += sum(is_exact_match(h, targets[row]) for h, row in zip(outputs, rows))
+    return told_right
 
 
 def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
@@ -294,9 +307,9 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
         targets = strip_pad_rows(sample["target"], pad)
         tally.add(hypotheses, targets, eos)
         with torch.no_grad():
-            told_right = length_oracle_correct(generator, models, sample, hypotheses, targets, eos)
-        if told_right is not None:
-            tally.add_length_oracle(told_right)
+            tally.add_length_oracle(
+                length_oracle_correct(generator, models, sample, hypotheses, targets, task.target_dictionary)
+            )
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
             if example_id in found:
                 raise RuntimeError(f"{split}: example {example_id} was decoded twice")

@@ -300,8 +300,9 @@ ORACLE_ARCHS = ["gru_content", "gru_onestep", "gru_mix_monoattn_pr", "transforme
 @pytest.mark.parametrize("arch", ORACLE_ARCHS)
 def test_decoding_told_the_lengths_writes_exactly_them_and_otherwise_the_most_probable_token(arch):
     """GreedyDecoder.decode(output_lengths=...), Newman et al.'s length oracle: each output has its
-    length and then EOS, and every other token is the step's most probable one but EOS and pad."""
-    from fairseq_monoattn.metrics import GreedyDecoder
+    length and then EOS, and every other token is the step's most probable one but EOS and pad;
+    fairseq's generator told one length (metrics.told_length_generator) writes the same outputs."""
+    from fairseq_monoattn.metrics import GreedyDecoder, greedy_hypotheses, told_length_generator
 
     model = build(arch, D, seed=3).to(torch.float64)
     lengths = torch.tensor([3, 0, 7, 12, 1])
@@ -314,6 +315,11 @@ def test_decoding_told_the_lengths_writes_exactly_them_and_otherwise_the_most_pr
             assert output[step] == int(logits.argmax())
     with pytest.raises(ValueError, match="past the length limit 40"):
         GreedyDecoder(D, max_len_b=40).decode([model], batch(D, SOURCES), output_lengths=lengths + 30)
+    # fairseq's generator told each length (one example at a time here): the same outputs
+    for row, length in enumerate(lengths.tolist()):
+        alone = batch(D, SOURCES[row : row + 1])
+        told = greedy_hypotheses(told_length_generator([model], D, length), [model], alone)
+        assert told == [decoded.hypotheses[row]], (row, length)
 
 
 @pytest.mark.parametrize("arch", ORACLE_ARCHS)
@@ -346,7 +352,7 @@ def test_the_length_oracle_decodes_again_only_the_outputs_cut_short_and_counts_a
     assert cut_short in ([1, 3], [1, 3, 4])
     sources = []
     hook = model.encoder.register_forward_hook(lambda _module, args, _out: sources.append(len(args[0])))
-    counted = length_oracle_correct(generator, [model], sample, outputs, targets, eos)
+    counted = length_oracle_correct(generator, [model], sample, outputs, targets, D)
     hook.remove()
     assert sources == [len(cut_short)]  # only the outputs cut short, decoded again together
     told = generator.decode([model], sample, output_lengths=torch.tensor([len(t) - 1 for t in targets])).hypotheses
@@ -358,13 +364,12 @@ def test_the_length_oracle_decodes_again_only_the_outputs_cut_short_and_counts_a
     sources.clear()
     hook = model.encoder.register_forward_hook(lambda _module, args, _out: sources.append(len(args[0])))
     within = [row for row in cut_short if len(targets[row]) - 1 <= short.max_len_b]
-    assert length_oracle_correct(short, [model], sample, outputs, targets, eos) <= counted
+    assert length_oracle_correct(short, [model], sample, outputs, targets, D) <= counted
     hook.remove()
     assert sources == ([len(within)] if within else [])
-    from fairseq.sequence_generator import SequenceGenerator
-
+    # fairseq's generator (the models GreedyDecoder does not decode), told one length a batch: the same count
     fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_b=40, min_len=0)
-    assert length_oracle_correct(fairseqs, [model], sample, outputs, targets, eos) is None
+    assert length_oracle_correct(fairseqs, [model], sample, outputs, targets, D) == counted
     tally = Tally()
     tally.add(outputs, targets, eos)
     assert "length_oracle_accuracy" not in tally.as_dict()  # not counted: not in the scores
