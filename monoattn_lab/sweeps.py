@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_monoattn.catalog import PROBING_TASKS, TABLE2_TASKS, TABLE6_TASKS, TASKS
 
-from .records import read_records, run_seconds
+from .records import RECORDED_SCORES, read_records, run_seconds
 from .spec import RunError, RunSpec
 from .workbench import workbench_sweeps
 
@@ -309,6 +309,12 @@ def status(sweep: Sweep, results: Path, records: Sequence[dict]) -> List[str]:
             f"{len(left_out)} of these records are not committed ({left_out[0].record_path(results)}"
             f"{', ...' if len(left_out) > 1 else ''}); `fairseq-monoattn-sweep run` with this sweep and "
             f"`--commit` commits them before it runs anything"
+        )
+    unscored = [r for r in done_records if any(set(RECORDED_SCORES) - set(s) for s in r["splits"].values())]
+    if unscored:
+        lines.append(
+            f"{len(unscored)} of these records lack scores the scorer counts now; `fairseq-monoattn-sweep rescore` "
+            f"adds them where the runs' checkpoints are in the work folder"
         )
     for record, changed in outdated_records(done_records):
         path = record_place(results, record["task"], record["arch"], record["variant"], record["seed"])

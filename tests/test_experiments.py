@@ -996,6 +996,8 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     for spec in ours + [other]:
         spec.record_path(results).parent.mkdir(parents=True, exist_ok=True)
         spec.record_path(results).write_text(record(spec))
+    # scored before the scorer counted all it counts now
+    ours[2].record_path(results).write_text(record(ours[2], splits={"test100": {"size": 4, "accuracy": 50.0}}))
     git("add", str(ours[0].record_path(results)))
     git("commit", "-q", "-m", "first")
     ours[1].record_path(results).write_text(record(ours[1], rescored=True))  # untracked; a tracked one changed:
@@ -1004,7 +1006,9 @@ def test_records_no_sweep_committed_are_found_and_committed_alone(tmp_path, caps
     git("add", "note.txt")
     assert uncommitted_records(ours, results) == ours  # seed 1 changed, 2 and 3 untracked
     sweep_main(["status", "table2", "--task", "copy", "--arch", "gru_onestep", "--results", str(results)])
-    assert "3 of these records are not committed" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "3 of these records are not committed" in said
+    assert "1 of these records lack scores the scorer counts now; `fairseq-monoattn-sweep rescore`" in said
     assert uncommitted_records(ours, tmp_path / "elsewhere") == []
     for spec in uncommitted_records(ours, results):
         commit_record(spec, spec.record_path(results))
