@@ -73,10 +73,7 @@ def draw_lines(
     scale unless ``log_lengths`` is False."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 4.2))
-    for label in sorted(lines):
-        lengths, median, low, high, _ = zip(*lines[label])
-        (line,) = axis.plot(lengths, median, marker="o", markersize=3, label=label)
-        axis.fill_between(lengths, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    draw_medians(axis, lines)
     train_lengths = TASKS[task].train_lengths if task in TASKS else None
     if train_lengths:
         axis.axvspan(*train_lengths, color="grey", alpha=0.1, label="training lengths")
@@ -108,3 +105,41 @@ def plot_all(records: Sequence[dict], out: Path, variant: Variants = DEFAULT_VAR
         if lines and max(len(points) for points in lines.values()) >= 2:
             paths.append(plot_task(records, task, out, variant))
     return paths
+
+
+def draw_medians(axis, lines: Dict[str, List[tuple]], colors: Dict[str, object] = None) -> None:
+    """A line per label of ``lines`` ({label: [(x, median, lowest, highest, seeds)]}) on ``axis``,
+    the range of the seeds shaded; ``colors``: {label: colour}, to keep a label's colour across axes."""
+    colors = colors or {}
+    for label in sorted(lines):
+        xs, median, low, high, _ = zip(*lines[label])
+        (line,) = axis.plot(xs, median, marker="o", markersize=3, label=label, color=colors.get(label))
+        axis.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+
+
+def draw_panels(panels: Dict[str, Dict[str, List[tuple]]], xlabel: str, ylabel: str, heading: str, path: Path) -> Path:
+    """``path`` (PNG): one panel per entry of ``panels`` ({panel title: lines as draw_medians takes}) side by
+    side, on one y scale, each label in one colour in every panel, one legend."""
+    plt = pyplot()
+    labels = sorted({label for lines in panels.values() for label in lines})
+    palette = plt.get_cmap("tab20")
+    colors = {label: palette(i % 20) for i, label in enumerate(labels)}
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), sharey=True, squeeze=False)
+    for axis, (name, lines) in zip(axes[0], panels.items()):
+        draw_medians(axis, lines, colors)
+        xs = sorted({p[0] for points in lines.values() for p in points})
+        axis.set_xticks(xs)
+        axis.set_xticklabels([str(x) for x in xs])
+        axis.set_ylim(-2, 102)
+        axis.set_xlabel(xlabel)
+        axis.set_title(name, fontsize=9)
+    axes[0][0].set_ylabel(ylabel)
+    figure.suptitle(heading, fontsize=10)
+    handles = {h.get_label(): h for axis in axes[0] for h in axis.get_legend_handles_labels()[0]}
+    axes[0][-1].legend(
+        [handles[label] for label in labels], labels, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5)
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    return path

@@ -261,6 +261,8 @@ def render(records: Records, sweeps: Sequence, field_rows: Sequence = (), plots:
         lines += told_the_length(records, sweeps, block)
         pictures = [task for task in block.tasks if task in plots]
         lines += [f"![{title(task)}: accuracy against length]({plots[task]})\n" for task in pictures]
+        if block.name in plots:
+            lines.append(f"![{block.title.split(':')[0]}: exact match against the cutoff]({plots[block.name]})\n")
     return "\n".join(lines)
 
 
@@ -366,9 +368,31 @@ def length_curves(records: Records, sweeps: Sequence, task: str) -> Dict[str, Li
     return lines
 
 
+def cutoff_curves(records: Records, sweeps: Sequence, key: str = "accuracy") -> Dict[str, List[tuple]]:
+    """{row label: [(cutoff, median, lowest, highest, seeds)]}: each row's exact match (``key``:
+    "accuracy", or "length_oracle_accuracy" told each target's length) on the commands past each
+    SCAN cutoff its records have it for; rows at fewer than two cutoffs are left out."""
+    block = BLOCKS["scan-cutoffs"]
+    lines = {}
+    for row in ROWS:
+        points = []
+        for cutoff, task in zip(SCAN_CUTOFFS, block.tasks):
+            found = (
+                r["splits"].get(block.decision_split(task)) or {} for r in cell_records(records, sweeps, row, task)
+            )
+            values = [split[key] for split in found if key in split]
+            if values:
+                points.append((cutoff, statistics.median(values), min(values), max(values), len(values)))
+        if len(points) >= 2:
+            lines[row.label] = points
+    return lines
+
+
 def plot_lengths(records: Records, sweeps: Sequence, out: Path) -> Dict[str, Path]:
-    """OUT/workbench_TASK.png for every benchmark task with a row at two or more test lengths."""
-    from .plots import draw_lines
+    """OUT/workbench_TASK.png for every benchmark task with a row at two or more test lengths, and
+    OUT/workbench_scan_cutoffs.png (key "scan-cutoffs") where a row has two or more SCAN cutoffs:
+    exact match against the cutoff, greedy and told each target's length."""
+    from .plots import draw_lines, draw_panels
 
     pictures = {}
     for task in BLOCKS["benchmark"].tasks:
@@ -377,4 +401,17 @@ def plot_lengths(records: Records, sweeps: Sequence, out: Path) -> Dict[str, Pat
             pictures[task] = draw_lines(
                 lines, task, out, "per-token accuracy % (median over seeds)", "workbench", log_lengths=False
             )
+    greedy = cutoff_curves(records, sweeps)
+    if greedy:
+        panels = {
+            "greedy": greedy,
+            "told each target's length": cutoff_curves(records, sweeps, "length_oracle_accuracy"),
+        }
+        pictures["scan-cutoffs"] = draw_panels(
+            panels,
+            "cutoff (longest action sequence in training)",
+            "exact match % past the cutoff (median over seeds)",
+            "SCAN length cutoffs: exact match against the cutoff",
+            out / "workbench_scan_cutoffs.png",
+        )
     return pictures

@@ -233,3 +233,35 @@ def test_a_probing_cell_is_marked_by_its_iid_test_not_its_valid_split_which_runs
     text = workbench.render(workbench.Records(), workbench.table_sweeps())
     row = next(line for line in text.splitlines() if line.startswith("| GRU Content |"))  # the probing block's
     assert row.split(" | ")[1] == "0.0"  # i.i.d. median 99.0: fitted, though every valid score is 32.7
+
+
+def test_the_cutoff_curves_are_each_rows_exact_match_by_cutoff_greedy_and_told_and_drawn(tmp_path, monkeypatch):
+    """A row with records at two SCAN cutoffs is a line of its medians, greedy and told each
+    target's length (where the records have it); one at a single cutoff is no line; the picture is
+    drawn and the scan block's table names it."""
+    monkeypatch.chdir(tmp_path)
+    sweep = SWEEPS["workbench-scan-cutoffs-gru"]
+
+    def spec(task, seed, variant="default"):
+        return next(
+            s for s in sweep.specs() if (s.task, s.arch, s.variant, s.seed) == (task, "gru_content", variant, seed)
+        )
+
+    folder = sweep.results_folder(tmp_path)
+    for task, seed, greedy, told in [("scan_cutoff22", 1, 10.0, 60.0), ("scan_cutoff22", 2, 20.0, 70.0),
+                                     ("scan_cutoff30", 1, 45.0, 100.0)]:  # fmt: skip
+        write_record(folder, spec(task, seed), {"test": {"accuracy": greedy, "length_oracle_accuracy": told}}, 99.0)
+    write_record(folder, spec("scan_cutoff26", 1, "state-noise0.2"), {"test": {"accuracy": 73.0}}, 99.0)
+    records, sweeps = workbench.Records(), workbench.table_sweeps()
+    assert workbench.cutoff_curves(records, sweeps) == {
+        "GRU Content": [(22, 15.0, 10.0, 20.0, 2), (30, 45.0, 45.0, 45.0, 1)]
+    }
+    told = workbench.cutoff_curves(records, sweeps, "length_oracle_accuracy")
+    assert told == {"GRU Content": [(22, 65.0, 60.0, 70.0, 2), (30, 100.0, 100.0, 100.0, 1)]}
+    pictures = workbench.plot_lengths(records, sweeps, tmp_path / "figures")
+    assert pictures == {"scan-cutoffs": tmp_path / "figures" / "workbench_scan_cutoffs.png"}
+    assert pictures["scan-cutoffs"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = workbench.render(records, sweeps, plots={"scan-cutoffs": "figures/workbench_scan_cutoffs.png"})
+    assert text.rstrip().endswith(
+        "![SCAN length cutoffs: exact match against the cutoff](figures/workbench_scan_cutoffs.png)"
+    )
