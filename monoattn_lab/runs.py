@@ -185,9 +185,8 @@ def score_run(spec: RunSpec, data: Path, run_dir: Path, timing: dict) -> None:
     write_json_atomic(run_dir / "timing.json", timing)
 
 
-# what a record says of its training: scoring again must find the same run in the work folder
-TRAINING_FACTS = ("train_options", "epochs_run", "best_epoch", "best_valid_accuracy", "valid_accuracy",
-                  "training_seconds", "model_config")  # fmt: skip
+# what a record says of its training: scoring again must find the same training in the work folder
+TRAINING_FACTS = ("train_options", "epochs_run", "best_epoch", "best_valid_accuracy", "valid_accuracy", "model_config")
 # what scoring again may change; the rest of the record is kept as it was
 SCORED_FIELDS = ("splits", "direction_gate", "attention_peak", "scoring_seconds", "scoring_precision")
 
@@ -195,9 +194,12 @@ SCORED_FIELDS = ("splits", "direction_gate", "attention_peak", "scoring_seconds"
 def rescore(spec: RunSpec, work: Path, results: Path, log=print) -> Optional[dict]:
     """Score a recorded run's ``checkpoint_best.pt`` again with the scorer as it is now (a measure
     it gained after the run) and rewrite the record's scores, keeping the rest of the record; None
-    where there is no record, or the work folder no longer holds the run's checkpoint.  A run
-    folder whose training is not the record's (another epoch count, validation, time or model) is
-    refused and the record left as it was."""
+    where there is no record, or the work folder does not hold the run's checkpoint.
+
+    A run folder whose training is not the record's (another epoch count, validation or model) is
+    refused and the record left as it was.  One whose training took another time is the run trained
+    again (a record from another machine, its run repeated here): it is taken only if it gives every
+    score the record has, to the bit; then it adds what the scorer counts now."""
     record_path = spec.record_path(results)
     run_dir = spec.run_dir(work)
     if not record_path.exists() or not (run_dir / "checkpoints" / "checkpoint_best.pt").exists():
@@ -213,17 +215,39 @@ def rescore(spec: RunSpec, work: Path, results: Path, log=print) -> Optional[dic
             raise RunError(
                 f"{run_dir} is not the run {record_path} records (its {', '.join(changed)} differ); nothing was changed"
             )
-        log(f"[{spec.key}] scoring checkpoint_best.pt again")
+        trained_again = before["training_seconds"] != old["training_seconds"]
+        log(f"[{spec.key}] scoring checkpoint_best.pt again" + (" (the run trained again)" if trained_again else ""))
         score_run(spec, data, run_dir, timing)
         new = make_record(spec, run_dir, data, timing)
+        moved = changed_scores(old, new)
+        if trained_again and moved:
+            raise RunError(
+                f"{run_dir} holds the run trained again, and it does not give the scores {record_path} records "
+                f"({'; '.join(moved[:3])}); nothing was changed"
+            )
         record = {**old, **{key: new[key] for key in SCORED_FIELDS}}
         write_json_atomic(record_path, record)
-    for split, scores in record["splits"].items():
-        moved = [key for key, value in old["splits"].get(split, {}).items() if scores.get(key) != value]
-        if moved:
-            log(f"[{spec.key}] {split}: {', '.join(moved)} changed with the scorer of today")
-    log(f"[{spec.key}] rescored {record_path}")
+    for line in moved:
+        log(f"[{spec.key}] {line} changed with the scorer of today")
+    log(
+        f"[{spec.key}] rescored {record_path}"
+        + (": the run trained again gave every score it records" if trained_again else "")
+    )
     return record
+
+
+def changed_scores(old: dict, new: dict) -> List[str]:
+    """The scores of record ``old`` that ``new`` gives otherwise ("SPLIT KEY" or the field's name):
+    each split's counts and rates, and the gate's and attention peak's means."""
+    moved = [
+        f"{split} {key}"
+        for split, scores in old["splits"].items()
+        for key, value in scores.items()
+        if new["splits"].get(split, {}).get(key) != value
+    ]
+    return moved + [
+        field for field in ("direction_gate", "attention_peak") if old.get(field) and old[field] != new[field]
+    ]
 
 
 # the line of a log that says why a program stopped: ours ("error: ..."), or a traceback's last line

@@ -206,8 +206,10 @@ def test_a_recorded_run_is_skipped_and_another_variant_under_its_name_refused(fi
 
 def test_rescoring_a_record_adds_what_the_scorer_counts_now_and_keeps_the_rest(finished, tmp_path):
     """A record scored before the length oracle (its scores lack it) gets it from the run's
-    checkpoint, the same scores as a run recorded today; everything else of the record is kept.  A
-    work folder whose run is not the record's is refused, one without the run leaves it alone."""
+    checkpoint, the same scores as a run recorded today; everything else of the record is kept; a
+    score the scorer now gives otherwise is named.  The run trained again (another training time) is
+    taken only where it gives every score of the record.  A work folder whose run is not the
+    record's is refused, one without the run leaves it alone."""
     import shutil
 
     work, results, spec, record = finished
@@ -226,6 +228,25 @@ def test_rescoring_a_record_adds_what_the_scorer_counts_now_and_keeps_the_rest(f
         k: v for k, v in older.items() if k not in SCORED_FIELDS
     }
     assert lines[-1] == f"[{spec.key}] rescored {path}" and not any("changed" in line for line in lines)
+    # the same run (its training time too) with a score the scorer now gives otherwise: rewritten, and named
+    split = next(iter(older["splits"]))
+    older["splits"][split]["correct"] += 1
+    path.write_text(json.dumps(older))
+    assert rescore(spec, work, results, log=lines.append)["splits"] == record["splits"]
+    assert f"[{spec.key}] {split} correct changed with the scorer of today" in lines
+    # the run trained again (another time): taken where it gives every score of the record ...
+    older["splits"][split]["correct"] -= 1
+    older["training_seconds"] += 100.0
+    path.write_text(json.dumps(older))
+    again = rescore(spec, work, results, log=lines.append)
+    assert again["splits"] == record["splits"] and again["training_seconds"] == older["training_seconds"]
+    assert lines[-1].endswith(": the run trained again gave every score it records")
+    # ... and refused, the record as it was, where one score differs
+    older["splits"][split]["correct"] += 1
+    path.write_text(json.dumps(older))
+    with pytest.raises(RunError, match=f"does not give the scores .*{split} correct"):
+        rescore(spec, work, results, log=lines.append)
+    assert json.loads(path.read_text()) == older
     # a run folder that holds another training than the record says: refused, the record as it was
     older["best_valid_accuracy"] = 12.5
     path.write_text(json.dumps(older))
