@@ -116,11 +116,14 @@ def per_token_accuracy(hypothesis: Sequence[int], target: Sequence[int], eos: in
     return 100.0 * matches / positions
 
 
-def mean_per_token_accuracy(scores: Mapping[str, Mapping[str, float]], splits: Sequence[str], with_eos=False) -> float:
+def mean_per_token_accuracy(
+    scores: Mapping[str, Mapping[str, float]], splits: Sequence[str], with_eos=False, told=False
+) -> float:
     """Delétang et al.'s score: per-token accuracy per test length, averaged over the lengths with
     equal weight.  ``scores``: the per-split results of a scoring run (``Tally.as_dict()`` of each
-    split, as ``fairseq-monoattn-score`` writes them), one split per length."""
-    key = "per_token_accuracy_with_eos" if with_eos else "per_token_accuracy"
+    split, as ``fairseq-monoattn-score`` writes them), one split per length; ``told``: of the
+    outputs told each target's length (the scorer's ``length_oracle_`` scores)."""
+    key = ("length_oracle_" if told else "") + ("per_token_accuracy_with_eos" if with_eos else "per_token_accuracy")
     if not splits:
         raise ValueError("no splits to average over")
     missing = [split for split in splits if key not in scores.get(split, {})]
@@ -324,10 +327,6 @@ class Tally:
     target_tokens: int = 0
     tokens_right: int = 0
     eos_right: int = 0
-    # exact matches when the decoding is told each target's length (EOS forbidden before it and
-    # forced at it: the oracle of Newman et al., 2020), counted apart by the scorer
-    # (add_length_oracle); None where they were not counted (validation does not)
-    length_oracle_correct: Optional[int] = None
 
     def add(self, hypotheses, targets, eos: int):
         for hypothesis, target in zip(hypotheses, targets):
@@ -365,29 +364,13 @@ class Tally:
         positions = self.target_tokens + self.size
         return 100.0 * (self.tokens_right + self.eos_right) / positions if positions else 0.0
 
-    def add_length_oracle(self, correct: int) -> None:
-        """A batch's exact matches under the length oracle (see :attr:`length_oracle_correct`)."""
-        self.length_oracle_correct = (self.length_oracle_correct or 0) + correct
-
-    @property
-    def length_oracle_accuracy(self) -> Optional[float]:
-        if self.length_oracle_correct is None:
-            return None
-        return 100.0 * self.length_oracle_correct / self.size if self.size else 0.0
-
     def as_dict(self) -> Dict[str, float]:
-        counts = asdict(self)
-        oracle = {}
-        if counts.pop("length_oracle_correct") is not None:
-            oracle = dict(length_oracle_correct=self.length_oracle_correct,
-                          length_oracle_accuracy=self.length_oracle_accuracy)  # fmt: skip
         return dict(
-            counts,
+            asdict(self),
             accuracy=self.accuracy,
             mean_edit_distance=self.mean_edit_distance,
             per_token_accuracy=self.per_token_accuracy,
             per_token_accuracy_with_eos=self.per_token_accuracy_with_eos,
-            **oracle,
         )
 
 

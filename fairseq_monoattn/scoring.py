@@ -25,11 +25,8 @@ from .limits import SCORING_BATCH_SIZE
 from .metrics import (
     GreedyDecoder,
     Tally,
-    gives_the_whole_target,
     greedy_generator,
     greedy_hypotheses,
-    is_cut_short,
-    is_exact_match,
     output_length_limit,
     strip_pad_rows,
     teacher_forced_rows,
@@ -219,44 +216,50 @@ def decode_batch(generator, models, sample, pad: int):
     return decoded.hypotheses, direction, peaks
 
 
-def length_oracle_correct(generator, models, sample, hypotheses, targets, target_dictionary) -> int:
-    """How many outputs of a batch are exactly right when the decoding is told each target's
-    length (EOS forbidden before it and forced at it: the oracle of Newman et al., 2020).
+# the scores of the outputs told each target's length, kept as "length_oracle_" + the key
+LENGTH_ORACLE_SCORES = ("correct", "accuracy", "per_token_accuracy", "per_token_accuracy_with_eos")
+
+
+def told_outputs(generator, models, sample, hypotheses, targets, target_dictionary) -> List[List[int]]:
+    """Each output of a batch as the decoding gives it when told its target's length (EOS forbidden
+    before it and forced at it: the oracle of Newman et al., 2020), from its greedy output
+    (``hypotheses``; ``targets`` without padding).
 
     The oracle changes a greedy output only from the first step where that output chose EOS
-    before the target's length: an output that gives the whole target (right, or going on past
-    it) is right under the oracle; one whose first wrong token is not an EOS stays wrong.  So only
-    the outputs that were cut short (``hypotheses``, against ``targets`` without padding) are
-    decoded again, told their lengths, within the same output length limit (a longer target is
-    wrong under the oracle too): by the plugin's ``GreedyDecoder`` in one batch, by fairseq's
-    generator for other models in one batch per length."""
+    before the target's length: an output that reached the length is the same up to it, so it is
+    cut there and given its EOS; only the outputs that ended earlier are decoded again, told their
+    lengths, within the same output length limit (a target longer than the limit keeps its greedy
+    output, wrong under the oracle too): by the plugin's ``GreedyDecoder`` in one batch, by
+    fairseq's generator for other models in one batch per length."""
     eos = target_dictionary.eos()
-    told_right = sum(gives_the_whole_target(h, t, eos) for h, t in zip(hypotheses, targets))
     src_tokens = sample["net_input"]["src_tokens"]
     limit = output_length_limit(generator, models, src_tokens)
-    lengths = {
-        row: len(without_eos(t, eos))
-        for row, (h, t) in enumerate(zip(hypotheses, targets))
-        if is_cut_short(h, t, eos) and len(without_eos(t, eos)) <= limit
-    }
+    told = []
+    lengths = {}  # the rows decoded again: {row: the target's length}
+    for row, (hypothesis, target) in enumerate(zip(hypotheses, targets)):
+        wanted, output = len(without_eos(target, eos)), without_eos(hypothesis, eos)
+        if len(output) < wanted <= limit:
+            lengths[row] = wanted
+        told.append(output[:wanted] + [eos] if len(output) >= wanted else list(hypothesis))
     if isinstance(generator, GreedyDecoder):
         groups = [list(lengths)] if lengths else []
     else:
         groups = [[row for row in lengths if lengths[row] == n] for n in sorted(set(lengths.values()))]
     for rows in groups:
         index = torch.tensor(rows, device=src_tokens.device)
-        told = {
+        again = {
             "net_input": {key: sample["net_input"][key].index_select(0, index) for key in ("src_tokens", "src_lengths")}
         }
         if isinstance(generator, GreedyDecoder):
-            outputs = generator.decode(models, told, output_lengths=index.new_tensor([lengths[r] for r in rows]))
+            outputs = generator.decode(models, again, output_lengths=index.new_tensor([lengths[r] for r in rows]))
             outputs = outputs.hypotheses
         else:
             outputs = greedy_hypotheses(
-                told_length_generator(models, target_dictionary, lengths[rows[0]]), models, told
+                told_length_generator(models, target_dictionary, lengths[rows[0]]), models, again
             )
-        told_right += sum(is_exact_match(h, targets[row]) for h, row in zip(outputs, rows))
-    return told_right
+        for row, output in zip(rows, outputs):
+            told[row] = output
+    return told
 
 
 def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
@@ -274,7 +277,7 @@ def direction_of(model, sample, extra) -> Optional[torch.Tensor]:
 def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, max_output_len=None, progress=None):
     """Greedy decoding of every example of ``split``; returns (Tally, hypotheses by example
     id, the output length limit used, the direction gate's statistics or None, the attention
-    peak's statistics or None).
+    peak's statistics or None, the Tally of the outputs told each target's length: told_outputs).
 
     Nothing is filtered or skipped: batches ignore fairseq's position limits, keep the last
     partial batch, and every example id must come back exactly once.  The output length
@@ -298,7 +301,7 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
             num_workers=0,
         ).next_epoch_itr(shuffle=False)
     pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
-    tally, gates, peaks, found = Tally(), GateTally(), AttentionPeakTally(), {}
+    tally, told, gates, peaks, found = Tally(), Tally(), GateTally(), AttentionPeakTally(), {}
     for sample in progress(batches) if progress else batches:
         with torch.no_grad():
             hypotheses, direction, batch_peaks = decode_batch(generator, models, sample, pad)
@@ -307,9 +310,7 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
         targets = strip_pad_rows(sample["target"], pad)
         tally.add(hypotheses, targets, eos)
         with torch.no_grad():
-            tally.add_length_oracle(
-                length_oracle_correct(generator, models, sample, hypotheses, targets, task.target_dictionary)
-            )
+            told.add(told_outputs(generator, models, sample, hypotheses, targets, task.target_dictionary), targets, eos)
         for example_id, hypothesis in zip(sample["id"].tolist(), hypotheses):
             if example_id in found:
                 raise RuntimeError(f"{split}: example {example_id} was decoded twice")
@@ -319,7 +320,7 @@ def score_split(models, task, split: str, batch_size: int = SCORING_BATCH_SIZE, 
         raise RuntimeError(
             f"{split}: {len(dataset) - len(found)} of {len(dataset)} examples were not decoded (first ids: {missing})"
         )
-    return tally, found, max_output_len, gates.as_dict(), peaks.as_dict()
+    return tally, found, max_output_len, gates.as_dict(), peaks.as_dict(), told
 
 
 def read_checkpoint(checkpoint: Path, arg_overrides: Optional[dict] = None) -> dict:
@@ -383,11 +384,12 @@ def score(
                 batches, desc=f"decoding {split}", leave=False, file=sys.stderr, disable=not sys.stderr.isatty()
             )
 
-        tally, hypotheses, limit, gate, peak = score_split(
+        tally, hypotheses, limit, gate, peak, told = score_split(
             models, task, split, batch_size, max_output_len, progress=bar
         )
         results[split] = dict(
             tally.as_dict(),
+            **{f"length_oracle_{key}": told.as_dict()[key] for key in LENGTH_ORACLE_SCORES},
             max_output_len=limit,
             direction_gate=gate,
             attention_peak=peak,

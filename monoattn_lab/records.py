@@ -20,7 +20,7 @@ class RecordError(RunError):
 RECORD_VERSION = 1
 # per test split; records made before the scorer counted cut-short and overran outputs lack those two,
 # records made before they kept the per-token accuracy (of the target's tokens, and with its EOS) lack those
-# two, and records scored before the length oracle (``fairseq-monoattn-sweep rescore`` adds it) lack the last
+# two, and records scored before the length oracle (``fairseq-monoattn-sweep rescore`` adds it) lack the last three
 RECORDED_SCORES = (
     "size",
     "correct",
@@ -31,6 +31,8 @@ RECORDED_SCORES = (
     "per_token_accuracy",
     "per_token_accuracy_with_eos",
     "length_oracle_accuracy",
+    "length_oracle_per_token_accuracy",
+    "length_oracle_per_token_accuracy_with_eos",
 )
 
 

@@ -82,19 +82,21 @@ class Block:
     # its training lengths: "valid" (the best epoch's) where valid is i.i.d., else a test split
     fit_split: str = "valid"
 
-    def value(self, record: dict) -> Optional[float]:
-        """The number a record gives this block's cell, None where the record lacks a split."""
+    def value(self, record: dict, told: bool = False) -> Optional[float]:
+        """The number a record gives this block's cell, None where the record lacks a split; with
+        ``told``, the same measure of the outputs told each target's length (the scorer's length
+        oracle), None where the record was scored before it was counted."""
         splits = record["splits"]
         if self.measure == "per_token":
             task = DELETANG_TASKS[record["task"]]
             try:
                 return mean_per_token_accuracy(
-                    splits, DELETANG_TEST_SPLITS, with_eos=task.accuracy_key == "per_token_accuracy_with_eos"
+                    splits, DELETANG_TEST_SPLITS, with_eos=task.accuracy_key == "per_token_accuracy_with_eos", told=told
                 )
             except ValueError:
                 return None
-        split = self.decision_split(record["task"])
-        return splits[split]["accuracy"] if split in splits else None
+        split = splits.get(self.decision_split(record["task"]), {})
+        return split.get("length_oracle_accuracy" if told else "accuracy")
 
     def decision_split(self, task: str) -> str:
         """The split of ``task`` whose outputs the length decisions count: the longest test length
@@ -306,24 +308,32 @@ def length_decisions(records: Records, sweeps: Sequence, block: Block) -> List[s
     return lines + [""]
 
 
+TOLD_MEASURES = {
+    "longest": "Exact match % at the longest test length of each column",
+    "per_token": "Per-token accuracy % over test lengths 50-500 (Delétang et al.'s models always write the answer's "
+    "length)",
+    "test": "Exact match % on the commands longer than the cutoff",
+}
+
+
 def told_the_length(records: Records, sweeps: Sequence, block: Block) -> List[str]:
-    """Exact match on the block's :meth:`Block.decision_split` when the decoding is told each
-    target's length (the length oracle of Newman et al., 2020), per row and task, the median over
-    seeds; no table where no record of the block has it (records scored before it was counted)."""
+    """Each cell's measure (:meth:`Block.value`) of the outputs told each target's length (the length
+    oracle of Newman et al., 2020), per row and task, the median over seeds; no table where no
+    record of the block has it (records scored before it was counted)."""
     cells, counted = {}, False
     for row in ROWS:
         for task in block.tasks:
             found = cell_records(records, sweeps, row, task)
-            splits = (r["splits"].get(block.decision_split(task)) or {} for r in found)
-            values = [split["length_oracle_accuracy"] for split in splits if "length_oracle_accuracy" in split]
-            cells[row, task] = format_cell(values, len(WORKBENCH_SEEDS)) + unfitted_mark(block, found, values)
+            values = [v for v in (block.value(r, told=True) for r in found) if v is not None]
+            cells[row, task] = format_cell(values, len(WORKBENCH_SEEDS), block.measure == "per_token")
+            cells[row, task] += unfitted_mark(block, found, values)
             counted = counted or bool(values)
     if not counted:
         return []
     lines = [
-        f"Exact match % {DECISION_SPLITS[block.measure]} when the decoding is told each target's length (EOS "
-        "forbidden before it and forced at it: the oracle of Newman et al., 2020), the median over seeds; – where "
-        "the records were scored before it was counted; † as above.",
+        f"{TOLD_MEASURES[block.measure]}, when the decoding is told each target's length (EOS forbidden before it "
+        "and forced at it: the oracle of Newman et al., 2020), the median over seeds; – where the records were "
+        "scored before it was counted; bold and † as above.",
         "",
         "| model | " + " | ".join(block.heading(task) for task in block.tasks) + " |",
         "|---|" + "---:|" * len(block.tasks),

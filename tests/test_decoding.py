@@ -323,13 +323,14 @@ def test_decoding_told_the_lengths_writes_exactly_them_and_otherwise_the_most_pr
 
 
 @pytest.mark.parametrize("arch", ORACLE_ARCHS)
-def test_the_length_oracle_decodes_again_only_the_outputs_cut_short_and_counts_as_decoding_all_told(arch):
-    """scoring.length_oracle_correct against decoding the whole batch told each target's length:
-    the same count, with targets made from the model's own outputs so that every kind is there
-    (right, cut short, gone on past the target, and wrong from the first token where the output
-    has one), and one encoder pass over the rows cut short alone."""
-    from fairseq_monoattn.metrics import GreedyDecoder, Tally, is_cut_short, is_exact_match, without_eos
-    from fairseq_monoattn.scoring import length_oracle_correct
+def test_the_outputs_told_their_lengths_are_the_whole_batch_decoded_told_with_only_the_short_ones_decoded_again(arch):
+    """scoring.told_outputs against decoding the whole batch told each target's length: the same
+    outputs, with targets made from the model's own outputs so that every kind is there (right, cut
+    short, gone on past the target, ended early and wrong), and one encoder pass over the rows that
+    ended early alone; fairseq's generator gives the same; under a shorter output limit a target
+    past it keeps its greedy output."""
+    from fairseq_monoattn.metrics import GreedyDecoder, is_cut_short, is_exact_match, without_eos
+    from fairseq_monoattn.scoring import told_outputs
 
     model = build(arch, D, seed=3).to(torch.float64)
     sample = batch(D, SOURCES)
@@ -338,43 +339,35 @@ def test_the_length_oracle_decodes_again_only_the_outputs_cut_short_and_counts_a
     generator = GreedyDecoder(D, max_len_b=40)
     eos, one, two = D.eos(), D.index("1"), D.index("2")
     body = [without_eos(output, eos) for output in outputs]
+    other = two if body[4][:1] == [one] else one
     targets = [
         outputs[0],  # right
         body[1] + [one, two, eos],  # cut short: the output stops two tokens early
         body[2][:-1] + [eos],  # the output goes on past the target (or is it)
         None,  # cut short, and right when told its length: below
-        [two if body[4][:1] == [one] else one, eos],  # wrong from its first token (cut short if it has none)
+        [other] + body[4] + [one, eos],  # ended early, wrong from its first token (cut short if it has none)
     ]
     # the model's own output told two tokens more than it wrote (the same tokens up to its end)
     told_two_more = torch.tensor([len(body[3]) + 2] * len(SOURCES))
     targets[3] = generator.decode([model], sample, output_lengths=told_two_more).hypotheses[3]
-    cut_short = [row for row, (h, t) in enumerate(zip(outputs, targets)) if is_cut_short(h, t, eos)]
-    assert cut_short in ([1, 3], [1, 3, 4])
+    assert [row for row, (h, t) in enumerate(zip(outputs, targets)) if is_cut_short(h, t, eos)][:2] == [1, 3]
     sources = []
     hook = model.encoder.register_forward_hook(lambda _module, args, _out: sources.append(len(args[0])))
-    counted = length_oracle_correct(generator, [model], sample, outputs, targets, D)
+    told = told_outputs(generator, [model], sample, outputs, targets, D)
     hook.remove()
-    assert sources == [len(cut_short)]  # only the outputs cut short, decoded again together
-    told = generator.decode([model], sample, output_lengths=torch.tensor([len(t) - 1 for t in targets])).hypotheses
-    assert counted == sum(is_exact_match(h, t) for h, t in zip(told, targets))
-    assert all(is_exact_match(told[row], targets[row]) for row in (0, 2, 3))
-    assert 4 in cut_short or not is_exact_match(told[4], targets[4])
-    # under an output limit shorter than a target, that target is wrong told its length too (not decoded)
-    short = GreedyDecoder(D, max_len_b=len(targets[1]) - 2)
-    sources.clear()
-    hook = model.encoder.register_forward_hook(lambda _module, args, _out: sources.append(len(args[0])))
-    within = [row for row in cut_short if len(targets[row]) - 1 <= short.max_len_b]
-    assert length_oracle_correct(short, [model], sample, outputs, targets, D) <= counted
-    hook.remove()
-    assert sources == ([len(within)] if within else [])
-    # fairseq's generator (the models GreedyDecoder does not decode), told one length a batch: the same count
+    assert sources == [3]  # rows 1, 3 and 4 ended before their targets' lengths: decoded again together
+    lengths = torch.tensor([len(t) - 1 for t in targets])
+    assert told == generator.decode([model], sample, output_lengths=lengths).hypotheses
+    assert all(is_exact_match(told[row], targets[row]) for row in (0, 2, 3)) and not is_exact_match(told[4], targets[4])
+    # fairseq's generator (the models GreedyDecoder does not decode), told one length a batch: the same outputs
     fairseqs = SequenceGenerator([model], D, beam_size=1, max_len_b=40, min_len=0)
-    assert length_oracle_correct(fairseqs, [model], sample, outputs, targets, D) == counted
-    tally = Tally()
-    tally.add(outputs, targets, eos)
-    assert "length_oracle_accuracy" not in tally.as_dict()  # not counted: not in the scores
-    tally.add_length_oracle(counted)
-    assert tally.as_dict()["length_oracle_accuracy"] == pytest.approx(100 * counted / 5)
+    assert told_outputs(fairseqs, [model], sample, outputs, targets, D) == told
+    # under an output limit shorter than a target, that target keeps its greedy output (wrong told its length too)
+    short = GreedyDecoder(D, max_len_b=len(targets[1]) - 2)
+    told_short = told_outputs(short, [model], sample, outputs, targets, D)
+    past = [row for row, target in enumerate(targets) if len(target) - 1 > short.max_len_b]
+    assert 1 in past and all(told_short[row] == outputs[row] for row in past)
+    assert all(told_short[row] == told[row] for row in range(len(targets)) if row not in past)
 
 
 def test_validation_calls_a_criterion_that_has_its_own_forward():

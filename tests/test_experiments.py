@@ -170,7 +170,8 @@ def test_scores_from_before_the_cut_short_counts_still_make_a_record(finished):
         scores = json.loads(saved_scores)
         for split in scores["splits"].values():  # nor the per-token accuracy and the length oracle, which came later
             del split["cut_short"], split["overran"], split["per_token_accuracy"], split["per_token_accuracy_with_eos"]
-            del split["length_oracle_correct"], split["length_oracle_accuracy"]
+            for key in [key for key in split if key.startswith("length_oracle_")]:
+                del split[key]
         scores_file.write_text(json.dumps(scores))
         record_path.unlink()
         before = scores_file.stat().st_mtime_ns
@@ -217,7 +218,8 @@ def test_rescoring_a_record_adds_what_the_scorer_counts_now_and_keeps_the_rest(f
     path = spec.record_path(results)
     older = json.loads(path.read_text())
     for scores in older["splits"].values():
-        del scores["length_oracle_accuracy"]
+        for key in [key for key in scores if key.startswith("length_oracle_")]:
+            del scores[key]
     older["environment"] = {"the machine": "it trained on"}
     path.write_text(json.dumps(older))
     lines = []
@@ -317,22 +319,24 @@ def test_score_counts_every_example_and_matches_written_predictions(finished, tm
     assert recorded["forward_share"] == sum(g > 0.5 for g in gates) / 13
     assert "| attention peak (mean) |" in scoring_table(results)
     # told each target's length (Newman et al.'s oracle), recounted by decoding each example alone
-    # told its length: the scorer decodes again only what was cut short and counts the rest as is
+    # told its length: the scorer decodes again only what ended early and cuts the rest
     from fairseq_monoattn.metrics import GreedyDecoder
 
     wide, _, _ = load_for_scoring(checkpoint, data / "bin", dtype=torch.float64)
     alone = GreedyDecoder(task.target_dictionary, max_len_b=results["test9"]["max_output_len"])
-    told_right = 0
+    told = Tally()
     for i in range(13):
         item = task.dataset("test9")[i]
         sample = {
             "net_input": {"src_tokens": item["source"].unsqueeze(0), "src_lengths": torch.tensor([len(item["source"])])}
         }
-        told = alone.decode(wide, sample, output_lengths=torch.tensor([len(item["target"]) - 1])).hypotheses[0]
-        told_right += told == item["target"].tolist()
+        output = alone.decode(wide, sample, output_lengths=torch.tensor([len(item["target"]) - 1])).hypotheses[0]
+        told.add([output], [item["target"].tolist()], task.target_dictionary.eos())
     counted = results["test9"]
-    assert counted["length_oracle_correct"] == told_right >= counted["correct"] + counted["overran"]
-    assert counted["length_oracle_accuracy"] == pytest.approx(100 * told_right / 13)
+    assert counted["length_oracle_correct"] == told.correct >= counted["correct"] + counted["overran"]
+    assert counted["length_oracle_accuracy"] == pytest.approx(told.accuracy)
+    assert counted["length_oracle_per_token_accuracy"] == pytest.approx(told.per_token_accuracy)
+    assert counted["length_oracle_per_token_accuracy_with_eos"] == pytest.approx(told.per_token_accuracy_with_eos)
     with pytest.raises(CheckpointError, match="exists"):
         score(checkpoint, data / "bin", ["test9"], out)
 

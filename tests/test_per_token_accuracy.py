@@ -83,3 +83,10 @@ def test_mean_over_test_lengths_weighs_each_length_equally():
         mean_per_token_accuracy(scores, ["test50", "test500"])
     with pytest.raises(ValueError, match="no splits"):
         mean_per_token_accuracy(scores, [])
+    # told each target's length: the scorer's length_oracle_ scores; a record without them is no number
+    with pytest.raises(ValueError, match="no length_oracle_per_token_accuracy for split.s. test50, test100"):
+        mean_per_token_accuracy(scores, ["test50", "test100"], told=True)
+    scores["test50"].update(length_oracle_per_token_accuracy=98.0, length_oracle_per_token_accuracy_with_eos=99.0)
+    scores["test100"].update(length_oracle_per_token_accuracy=70.0, length_oracle_per_token_accuracy_with_eos=72.0)
+    assert mean_per_token_accuracy(scores, ["test50", "test100"], told=True) == pytest.approx(84.0)
+    assert mean_per_token_accuracy(scores, ["test50", "test100"], with_eos=True, told=True) == pytest.approx(85.5)

@@ -265,3 +265,25 @@ def test_the_cutoff_curves_are_each_rows_exact_match_by_cutoff_greedy_and_told_a
     assert text.rstrip().endswith(
         "![SCAN length cutoffs: exact match against the cutoff](figures/workbench_scan_cutoffs.png)"
     )
+
+
+def test_a_benchmark_cell_told_the_length_is_the_mean_per_token_accuracy_of_the_told_outputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = SWEEPS["workbench-benchmark-gru"]
+    spec = next(
+        s
+        for s in sweep.specs()
+        if (s.task, s.arch, s.variant, s.seed) == ("reverse_string", "gru_monoattn", "default", 1)
+    )
+    splits = splits_with([50] * 10)
+    for split, told in zip(DELETANG_TEST_SPLITS, [100, 100, 90, 90, 80, 80, 70, 70, 60, 60]):
+        splits[split]["length_oracle_per_token_accuracy"] = told
+    write_record(sweep.results_folder(tmp_path), spec, splits, valid=99.0)
+    block = workbench.BLOCKS["benchmark"]
+    record = workbench.Records().of(sweep.results_folder(tmp_path))
+    (only,) = record.values()
+    assert block.value(only) == pytest.approx(50.0) and block.value(only, told=True) == pytest.approx(80.0)
+    lines = workbench.told_the_length(workbench.Records(), workbench.table_sweeps(), block)
+    assert lines[0].startswith("Per-token accuracy % over test lengths 50-500")
+    row = next(line for line in lines if line.startswith("| GRU MonoAttn |"))
+    assert row.split(" | ")[1] == "80.0 (1/3)"  # Reverse String, below the 90 % mark: not bold
