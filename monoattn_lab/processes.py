@@ -62,7 +62,8 @@ def die_with_parent() -> Optional[Callable[[], None]]:
     return set_death_signal
 
 
-# what fairseq-train imports that takes its start-up time (torch, fairseq's tasks, models, criterions)
+# what fairseq-train imports that takes its start-up time (torch, fairseq's tasks, models, criterions,
+# and torch's compiler, which a torch optimizer imports when it is built)
 FAIRSEQ_TRAIN_MODULES = (
     "fairseq.options",
     "fairseq.tasks",
@@ -70,6 +71,7 @@ FAIRSEQ_TRAIN_MODULES = (
     "fairseq.criterions",
     "fairseq.trainer",
     "fairseq.checkpoint_utils",
+    "torch._dynamo",
 )
 FAIRSEQ_TRAIN = {"fairseq-train": "fairseq_cli.train:cli_main"}  # fairseq's console script and its entry point
 

@@ -38,7 +38,15 @@ REPO = Path(__file__).resolve().parents[1]
 # Python's warnings off so that a command's error is its only line.
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
-FAIRSEQ_LIBRARIES = ("fairseq", "fairseq.checkpoint_utils", "fairseq.trainer", "fairseq.sequence_generator")
+# torch._dynamo: torch's compiler, which every torch optimizer imports when it is built (a second
+# of each training's start-up otherwise)
+FAIRSEQ_LIBRARIES = (
+    "fairseq",
+    "fairseq.checkpoint_utils",
+    "fairseq.trainer",
+    "fairseq.sequence_generator",
+    "torch._dynamo",
+)
 
 _server: Optional["CommandServer"] = None
 
