@@ -199,7 +199,8 @@ def rescore(spec: RunSpec, work: Path, results: Path, log=print) -> Optional[dic
     A run folder whose training is not the record's (another epoch count, validation or model) is
     refused and the record left as it was.  One whose training took another time is the run trained
     again (a record from another machine, its run repeated here): it is taken only if it gives every
-    score the record has, to the bit; then it adds what the scorer counts now."""
+    score the record has, to the bit; then it adds what the scorer counts now.  The scoring runs on
+    the record's thread count (its worker trained and scored on it), whatever this process has."""
     record_path = spec.record_path(results)
     run_dir = spec.run_dir(work)
     if not record_path.exists() or not (run_dir / "checkpoints" / "checkpoint_best.pt").exists():
@@ -216,8 +217,14 @@ def rescore(spec: RunSpec, work: Path, results: Path, log=print) -> Optional[dic
                 f"{run_dir} is not the run {record_path} records (its {', '.join(changed)} differ); nothing was changed"
             )
         trained_again = before["training_seconds"] != old["training_seconds"]
-        log(f"[{spec.key}] scoring checkpoint_best.pt again" + (" (the run trained again)" if trained_again else ""))
-        score_run(spec, data, run_dir, timing)
+        threads = recorded_threads(old)
+        log(
+            f"[{spec.key}] scoring checkpoint_best.pt again"
+            + (f" on {threads} thread{'s' if threads > 1 else ''}" if threads else "")
+            + (" (the run trained again)" if trained_again else "")
+        )
+        with torch_threads(threads):
+            score_run(spec, data, run_dir, timing)
         new = make_record(spec, run_dir, data, timing)
         moved = changed_scores(old, new)
         if trained_again and moved:
@@ -234,6 +241,28 @@ def rescore(spec: RunSpec, work: Path, results: Path, log=print) -> Optional[dic
         + (": the run trained again gave every score it records" if trained_again else "")
     )
     return record
+
+
+def recorded_threads(record: dict) -> Optional[int]:
+    """The intra-op thread count a record's run was trained and scored on (its worker's), or None
+    where the record names none or several (a run resumed on another count)."""
+    threads = record.get("training_threads") or []
+    return threads[0] if len(threads) == 1 else None
+
+
+@contextmanager
+def torch_threads(threads: Optional[int]):
+    """torch's intra-op thread count set to ``threads`` (None: left as it is) inside the block,
+    and back to what it was after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def changed_scores(old: dict, new: dict) -> List[str]:

@@ -259,6 +259,46 @@ def test_rescoring_a_record_adds_what_the_scorer_counts_now_and_keeps_the_rest(f
     assert json.loads(path.read_text()) == older
 
 
+def test_rescoring_runs_on_the_records_thread_count_and_gives_this_process_its_own_back(
+    finished, tmp_path, monkeypatch
+):
+    """A run is scored again on the thread count its record names (its worker trained and scored
+    on it: another count could sum a float64 decoding in another order), whatever this process has;
+    after it, or after a failure in it, the process has its own count again."""
+    import shutil
+
+    import torch
+
+    from monoattn_lab import runs
+
+    class Stop(Exception):
+        pass
+
+    work, results, spec, _ = finished
+    work, results = shutil.copytree(work, tmp_path / "work"), shutil.copytree(results, tmp_path / "results")
+    path = spec.record_path(results)
+    own = torch.get_num_threads()
+    seen = []
+
+    def scoring(*args):
+        seen.append(torch.get_num_threads())
+        raise Stop
+
+    monkeypatch.setattr(runs, "score_run", scoring)
+    for named, expected in (([own + 1], own + 1), ([own, own + 1], own), ([], own)):
+        record = json.loads(path.read_text())
+        record["training_threads"] = named
+        path.write_text(json.dumps(record))
+        lines = []
+        with pytest.raises(Stop):
+            rescore(spec, work, results, log=lines.append)
+        assert seen[-1] == expected and torch.get_num_threads() == own
+        assert lines[-1].endswith(
+            "again" + (f" on {named[0]} thread{'s' if named[0] > 1 else ''}" if len(named) == 1 else "")
+        )
+    assert runs.recorded_threads({"training_threads": [2]}) == 2 and runs.recorded_threads({}) is None
+
+
 def test_the_rescore_command_counts_what_it_rescored_and_what_it_left(tmp_path, capsys):
     from monoattn_lab.cli import sweep as sweep_command
     from monoattn_lab.sweeps import SWEEPS
