@@ -34,6 +34,9 @@ PR_SET_NAME = 15  # linux/prctl.h: the name ps and top show
 
 
 _PRCTL = None
+# this process's ends of the pipes of the command servers it created and has not closed: a server
+# forked later closes its copies, else an earlier server would never see the end of its requests
+_CREATOR_ENDS: set = set()
 
 
 def _prctl():
@@ -108,11 +111,13 @@ class CommandServer:
         sys.stderr.flush()
         self.pid: Optional[int] = os.fork()
         if self.pid == 0:  # the server: never returns
-            os.close(self._requests)
-            os.close(self._replies)
+            for end in (self._requests, self._replies, *_CREATOR_ENDS):  # its own, and earlier servers'
+                os.close(end)
+            _CREATOR_ENDS.clear()
             _serve(request_read, reply_write, self.scripts, imports, quiet, set_death_signal)
         os.close(request_read)
         os.close(reply_write)
+        _CREATOR_ENDS.update((self._requests, self._replies))
         self._buffer = b""
         self._running: Optional[ForkedProcess] = None
 
@@ -170,8 +175,11 @@ class CommandServer:
         (or with this process)."""
         if self.pid is not None:
             os.close(self._requests)  # the server ends on end of file
+            _CREATOR_ENDS.discard(self._requests)
             if self._running is None or self._running.returncode is not None:
                 os.waitpid(self.pid, 0)
+                os.close(self._replies)  # else kept for the running command's exit code
+                _CREATOR_ENDS.discard(self._replies)
             self.pid = None
 
 

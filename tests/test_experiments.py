@@ -759,6 +759,27 @@ def test_a_forked_training_fails_as_the_command_does_and_an_unused_server_exits(
     assert not (tmp_path / "other.log").exists()
 
 
+TWO_SERVERS_SCRIPT = """
+import json, time
+from monoattn_lab.processes import CommandServer
+
+first, second = CommandServer({}), CommandServer({})
+start = time.time()
+first.close()  # the second, forked after it, must not hold the first's request pipe open
+closed = time.time() - start
+second.close()
+print(json.dumps({"closed": closed}))
+"""
+
+
+def test_a_command_server_closed_while_a_later_one_runs_ends():
+    """A process with two command servers (in a process of its own, as above): closing the first
+    ends it at once, though the second was forked while the first's pipes were open."""
+    done = subprocess.run([sys.executable, "-c", TWO_SERVERS_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["closed"] < 5
+
+
 def test_resuming_a_checkpoint_of_another_model_is_refused(finished, tmp_path):
     """Same command, changed default: the half-trained checkpoint must not be continued."""
     import torch
