@@ -136,6 +136,34 @@ def test_loading_the_plugin_registers_its_components_and_changes_nothing_else(fi
     assert effects["meta_path_added"] == []  # the catalog's wait for fairseq is over, its finder gone
 
 
+COMMAND_MODULES_LOGGING = r"""
+import json, logging
+import fairseq.tasks
+
+def levels():
+    return [logging.getLogger("fairseq").level, logging.getLogger().level, len(logging.getLogger().handlers)]
+
+before = levels()
+import fairseq_monoattn.cli.common, fairseq_monoattn.cli.plot_attention, fairseq_monoattn.cli.prepare
+import fairseq_monoattn.cli.score
+imported = levels()
+fairseq_monoattn.cli.common.Parser(prog="a-command")
+print(json.dumps([before, imported, levels()]))
+"""
+
+
+def test_importing_the_plugins_command_modules_leaves_logging_alone_and_a_command_quiets_fairseq():
+    """The plugin's commands quiet fairseq's INFO lines when they build their parser, not when
+    their modules are imported: a program that imports their helpers keeps its logging."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", COMMAND_MODULES_LOGGING], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path), cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, imported, parsing = json.loads(done.stdout.strip().splitlines()[-1])
+    assert imported == before and before[0] == 0  # logging.NOTSET: fairseq's level as fairseq leaves it
+    assert parsing == [30, *before[1:]]  # logging.WARNING
+
+
 def test_setting_up_the_plugins_task_applies_its_fixes(tmp_path):
     """Where a user chose the plugin's task, its fixes are in place for the process (each fix's own
     test: tests/test_fairseq_compat.py, test_allocator.py, test_criterion_task.py), and the

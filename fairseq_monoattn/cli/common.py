@@ -7,9 +7,6 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-# fairseq's INFO chatter (data loading, "install tensorboardX") is not the commands' output
-logging.getLogger("fairseq").setLevel(logging.WARNING)
-
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the help of every option; descriptions printed as written."""
@@ -20,6 +17,10 @@ class Parser(argparse.ArgumentParser):
     abbreviated options."""
 
     def __init__(self, prog: Optional[str] = None, description: Optional[str] = None, **kwargs):
+        # a command builds its parser first: fairseq's INFO chatter (data loading, "install
+        # tensorboardX") is not its output (set here, not on import: importing these helpers
+        # leaves the process's logging alone)
+        logging.getLogger("fairseq").setLevel(logging.WARNING)
         kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(prog=prog, description=description, **kwargs)

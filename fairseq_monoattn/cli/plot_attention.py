@@ -69,13 +69,13 @@ def check_args(parser: Parser, args) -> None:
 
 def plot(argv: Optional[List[str]] = None):
     """The command's work; returns the AttentionMap of each checkpoint (for tests and scripts)."""
+    parser = build_parser()  # first: it quiets fairseq's logging before fairseq is imported
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     from ..attention_maps import AttentionMapError, attention_map, load_checkpoint
     from ..attention_plots import render
     from ..fairseq_compat import apply_fixes
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_args(parser, args)
     apply_fixes()  # the plugin's fixes to fairseq, as its task applies them
     folders = args.data * len(args.checkpoint) if len(args.data) == 1 else args.data
     results = []
