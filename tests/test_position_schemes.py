@@ -279,6 +279,12 @@ def test_fire_bias_is_the_mlp_of_the_log_distance_over_the_log_query_position(ca
                 want = sum(w2[h, k].item() * max(0.0, w1[h, k].item() * u + b1[h, k].item()) for k in range(3))
                 assert bias[0, h, t, s].item() == pytest.approx(want + b2[h].item(), abs=1e-10)
     assert bias.isfinite().all()  # keys after the query too (masked in the decoder, but never NaN)
+    # a batch: each sentence gets the bias of its own positions (the MLP runs once per pair present)
+    other_queries, other_keys = torch.tensor([[1, 2, 5, 9]]), torch.tensor([[4, 1, 0, 7, 8]])
+    batched = scheme.bias(torch.cat([queries, other_queries]), torch.cat([keys, other_keys]))
+    assert batched.shape == (2, 4, 4, 5)
+    assert torch.allclose(batched[:1], bias, rtol=0, atol=1e-12)
+    assert torch.allclose(batched[1:], scheme.bias(other_queries, other_keys), rtol=0, atol=1e-12)
     bias.sum().backward()  # c and L are learned
     assert scheme.log_c.grad is not None and scheme.threshold.grad.abs() > 0
 

@@ -231,11 +231,16 @@ class FirePositions(PositionScheme):
         return self.psi(i - j) / self.psi(torch.maximum(threshold, i))
 
     def bias(self, query_positions, key_positions):
-        u = self.normalized_distance(query_positions, key_positions).unsqueeze(1).unsqueeze(-1)  # (B, 1, T, S, 1)
-        hidden = torch.relu(
-            u * self.hidden_weight.view(1, self.heads, 1, 1, -1) + self.hidden_bias.view(1, self.heads, 1, 1, -1)
-        )
-        return (hidden * self.out_weight.view(1, self.heads, 1, 1, -1)).sum(-1) + self.out_bias.view(1, -1, 1, 1)
+        # the MLP runs once for each pair of positions present, not for each sentence: its hidden
+        # layer is (heads, positions, positions, hidden), which per sentence would not fit in
+        # memory at the lengths scored (500 symbols)
+        queries, query_index = torch.unique(query_positions, return_inverse=True)  # (Q,), (B, T)
+        keys, key_index = torch.unique(key_positions, return_inverse=True)  # (K,), (B, S)
+        u = self.normalized_distance(queries.unsqueeze(0), keys.unsqueeze(0))[0].unsqueeze(-1)  # (Q, K, 1)
+        heads = self.heads
+        hidden = torch.relu(u * self.hidden_weight.view(heads, 1, 1, -1) + self.hidden_bias.view(heads, 1, 1, -1))
+        table = (hidden * self.out_weight.view(heads, 1, 1, -1)).sum(-1) + self.out_bias.view(-1, 1, 1)  # (H, Q, K)
+        return table[:, query_index.unsqueeze(2), key_index.unsqueeze(1)].transpose(0, 1)  # (B, H, T, S)
 
 
 # --- randomized positions ------------------------------------------------------------------------
