@@ -56,9 +56,9 @@ def check_record_matches(record: dict, spec: RunSpec, path: Path) -> None:
 
 
 def make_record(spec: RunSpec, run_dir: Path, data: Path, timing: dict) -> dict:
+    history = validated_training(run_dir)
     scored = read_json(run_dir / "scores.json", "the run's scores")
     scores = scored["splits"]
-    history = valid_history(run_dir / "train.log")
     best = max(history, key=lambda h: (h.get("accuracy", float("-inf")), h["epoch"])) if history else {}
     # per split, the mean of a per-example statistic the scorer kept (None where the model has none)
     means = {
@@ -119,6 +119,15 @@ def training_code(output: Path) -> Optional[List[str]]:
         if TRAINING_CODE_LINE in line
     ]
     return list(dict.fromkeys(found)) or None
+
+
+def validated_training(run_dir: Path) -> List[Dict[str, float]]:
+    """The run's validation history (:func:`valid_history` of its ``train.log``); a training that
+    logged none is refused, as nothing could be recorded by it (a wrong log set-up, not a result)."""
+    history = valid_history(run_dir / "train.log")
+    if not history:
+        raise RunError(f"{run_dir / 'train.log'}: no validation results in the training's log; no record is written")
+    return history
 
 
 def valid_history(log_file: Path) -> List[Dict[str, float]]:

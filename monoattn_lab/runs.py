@@ -27,7 +27,7 @@ from typing import List, Optional
 from fairseq_monoattn.files import write_json_atomic
 
 from .outdated import check_checkpoint_matches
-from .records import check_record_matches, make_record, read_json, read_record
+from .records import check_record_matches, make_record, read_json, read_record, validated_training
 from .spec import RunBusy, RunError, RunSpec, train_command
 
 # --- data ----------------------------------------------------------------------------------
@@ -159,6 +159,7 @@ def train_score_record(spec: RunSpec, data: Path, run_dir: Path, record_path: Pa
                 + (f": {cause}" if cause else "")
                 + f"; see {run_dir / 'stdout.log'}"
             )
+        validated_training(run_dir)  # before scoring: a training with no validation gets no record
         log(f"[{spec.key}] scoring checkpoint_best.pt")
         score_run(spec, data, run_dir, timing)
     record = make_record(spec, run_dir, data, timing)

@@ -476,6 +476,16 @@ def test_local_launcher_runs_what_is_missing_once_and_skips_a_run_another_proces
     assert all(torch.equal(forked_model[k], console_model[k]) for k in forked_model)
 
 
+def test_a_run_whose_training_logged_no_validation_gets_no_record(tmp_path):
+    from monoattn_lab.records import make_record
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "train.log").write_text('{"epoch": 1, "train_loss": "1.2"}\n')  # a training line, no validation
+    with pytest.raises(RunError, match=r"train\.log: no validation results in the training's log; no record"):
+        make_record(tiny_spec(seed=1, max_epoch=1), run_dir, tmp_path / "data", {})
+
+
 def test_a_worker_skips_a_run_another_process_is_training_before_it_imports_fairseq(tmp_path, monkeypatch, capsys):
     """The worker asks for its run's lock before importing fairseq for the training (3-5
     CPU-seconds): a run whose lock another process holds ends at once as skipped, with the
